@@ -1,0 +1,36 @@
+"""Latch: a compiler from a PyTorch model plus a learning rule to one training-update program.
+
+    prog = latch.compile(model, optim.AdamW(1e-3), example_inputs, target="cpu")
+    state = prog.init(model)
+    loss = prog.step(state, *batch)
+"""
+__version__ = "0.1.0"
+
+from latch.errors import LatchError, NonFiniteError, PipelineError, UnsupportedOpError  # noqa: E402
+
+__all__ = ["compile", "load", "optim", "LatchError", "UnsupportedOpError", "NonFiniteError",
+           "PipelineError", "__version__"]
+
+
+def compile(model, rule, example_inputs, target="cpu", precision="fp32", **kwargs):
+    """See :func:`latch.compiler.compile`."""
+    from latch.compiler import compile as _compile
+    return _compile(model, rule, example_inputs, target=target, precision=precision, **kwargs)
+
+
+def load(path):
+    """Load a program saved with ``prog.save(path)``."""
+    from latch.artifact import read_artifact
+    manifest, files = read_artifact(path)
+    if manifest.get("kind") == "update":
+        from latch.program import Program
+        return Program(manifest, files["program.mlir"].decode())
+    from latch.function import CompiledFunction
+    return CompiledFunction.from_artifact(manifest, files)
+
+
+def __getattr__(name):
+    if name == "optim":
+        import importlib
+        return importlib.import_module("latch.optim")
+    raise AttributeError(f"module 'latch' has no attribute {name!r}")

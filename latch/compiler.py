@@ -1,0 +1,70 @@
+"""``latch.compile()``: a PyTorch model plus a learning rule -> a Latch program.
+
+It reads as the stages it runs (DESIGN.md):
+
+1. trace   the loss and its gradients as one functional aten graph      (latch.frontend.trace)
+2. linalg  torch-mlir imports it to linalg on tensors                    (latch.frontend.importer)
+3. latch   the learning program: state + update + rule ops               (latch.optim.emit)
+           lowered by ``latch-lower-rules``                              (latch.passes)
+4. buffers bufferization and the static memory plan (``latch-bufferize``)
+5. target  cpu: LLVM + ExecutionEngine (latch.targets.cpu)
+
+Each stage's input is dumped to ``$LATCH_DUMP_DIR`` when it is set, and replays with latch-opt.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from latch.errors import LatchError
+from latch.options import CompileOptions
+
+_DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16",
+           torch.float16: "f16", torch.int64: "i64", torch.int32: "i32", torch.bool: "i1"}
+
+
+def mlir_tensor_type(shape, dtype) -> str:
+    if dtype not in _DTYPES:
+        raise LatchError(f"tensors of dtype {dtype} are not supported (use one of "
+                         f"{', '.join(str(d) for d in _DTYPES)})")
+    dims = "".join(f"{int(d)}x" for d in shape)
+    return f"tensor<{dims}{_DTYPES[dtype]}>"
+
+
+class _Timer:
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    def __call__(self, stage):
+        timer = self
+
+        class _Ctx:
+            def __enter__(self):
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.times[stage] = timer.times.get(stage, 0.0) + time.perf_counter() - self.t0
+        return _Ctx()
+
+
+def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "fp32",
+            on_nonfinite: str = "skip", **kwargs):
+    """Compile ``model`` with learning ``rule`` into a :class:`latch.Program`.
+
+    ``model``: an ``nn.Module`` whose ``forward(*inputs)`` returns a scalar loss.
+    ``rule``: a rule from :mod:`latch.optim`, or ``None`` to compile ``model`` (a module or a
+    function) as a plain function returning tensors.
+    ``example_inputs``: a tuple of tensors with the shapes and dtypes of every later batch.
+    """
+    options = CompileOptions(target=target, precision=precision, on_nonfinite=on_nonfinite,
+                             **kwargs)
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if rule is None:
+        from latch.function import compile_function
+        return compile_function(model, inputs, options)
+    if not isinstance(model, torch.nn.Module):
+        raise LatchError("a model compiled with a learning rule must be an nn.Module whose "
+                         "forward(*inputs) returns the loss (pass rule=None for a plain function)")
+    from latch.program import build_program
+    return build_program(model, rule, inputs, options)

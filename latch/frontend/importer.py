@@ -1,0 +1,192 @@
+"""Stage 2 (linalg): import a traced graph with torch-mlir and lower it to linalg-on-tensors.
+
+``import_to_linalg(traced, func_name)`` returns generic-form MLIR text holding one
+``func.func @<func_name>`` on builtin tensors, made only of dialects upstream MLIR 22 reads
+(func, linalg, tensor, arith, math, scf, cf, bufferization, …).  The text is verified by
+parsing it with the upstream ``mlir`` bindings in a fresh context.
+
+Steps (all inside torch-mlir's bundled MLIR):
+  1. ``FxImporter.import_stateless_graph`` (the FX graph → ``torch`` dialect);
+  2. ``torchdynamo-export-to-torch-backend-pipeline`` (torch backend contract);
+  3. the conversion half of ``torch-backend-to-linalg-on-tensors-backend-pipeline``, after
+     which any op still in the ``torch`` dialect is reported as unsupported, by name and
+     by the model's source line;
+  4. the finalising half (type conversion, backend-contract verification);
+  5. a check that no ``torch``/``torch_c``/``tm_tensor``/``ml_program`` op is left.
+"""
+from __future__ import annotations
+
+import re
+
+from latch.errors import LatchError, UnsupportedOpError
+from latch.frontend.support import check_supported, unsupported_from_mlir_ops
+from latch.frontend.trace import TracedGraph
+
+TORCH_BACKEND_PIPELINE = (
+    "builtin.module(func.func(torch-match-quantized-custom-ops),"
+    "torchdynamo-export-to-torch-backend-pipeline)")
+
+_CANON = "canonicalize"
+LINALG_CONVERSION_PIPELINE = (
+    "builtin.module(func.func(torch-restructure-non-constant-axes),"
+    "func.func(torch-fuse-quantized-ops),"
+    "func.func(convert-torch-to-tmtensor{allow-non-finites=true}),"
+    f"func.func({_CANON}),"
+    "func.func(convert-torch-to-linalg{allow-non-finites=true}),"
+    f"func.func({_CANON}),"
+    "func.func(convert-torch-to-scf),func.func(convert-torch-to-arith),"
+    "func.func(convert-torch-to-tensor))")
+LINALG_FINALIZE_PIPELINE = (
+    "builtin.module(convert-torch-conversion-to-mlprogram,func.func(memref-expand),"
+    f"func.func({_CANON}),func.func(resolve-shaped-type-result-dims),func.func(cse),"
+    f"torch-func-backend-type-conversion,func.func({_CANON}),"
+    "func.func(torch-finalizing-backend-type-conversion),"
+    "torch-verify-linalg-on-tensors-backend-contract)")
+
+# dialects that must not cross into upstream MLIR
+_FOREIGN = ("torch.", "torch_c.", "tm_tensor.", "ml_program.")
+
+
+def _run(module, pipeline: str, what: str):
+    """Run a torch-mlir pipeline, collecting diagnostics; returns (ok, diagnostics)."""
+    from torch_mlir.passmanager import PassManager
+    diags: list[str] = []
+
+    def handler(d):
+        diags.append(f"{d.message}")
+        for n in d.notes:
+            diags.append(f"  note: {n.message}")
+        return True
+
+    ctx = module.context
+    h = ctx.attach_diagnostic_handler(handler)
+    try:
+        with ctx:
+            pm = PassManager.parse(pipeline)
+            try:
+                pm.run(module.operation)
+                ok = True
+            except Exception as e:  # MLIRError
+                ok = False
+                if not diags:
+                    diags.append(str(e))
+    finally:
+        h.detach()
+    return ok, diags
+
+
+def _op_names(text: str, prefixes=_FOREIGN) -> list[str]:
+    names = set()
+    for m in re.finditer(r'"((?:torch|torch_c|tm_tensor|ml_program)\.[\w.]+)"', text):
+        names.add(m.group(1))
+    # torch.operator carries the real op name in an attribute
+    for m in re.finditer(r'name = "(torch\.[\w.]+)"', text):
+        names.add(m.group(1))
+    return sorted(n for n in names if n.startswith(prefixes))
+
+
+def _remaining_compute_ops(module) -> list[str]:
+    """Ops of the torch/tm_tensor dialects still present (ignoring constants, casts)."""
+    text = module.operation.get_asm(print_generic_op_form=True, large_elements_limit=16)
+    skip = ("torch.constant.", "torch_c.", "torch.vtensor.literal", "torch.prim.ListConstruct",
+            "torch.prim.TupleConstruct", "torch.operator")
+    return [n for n in _op_names(text) if not n.startswith(skip)]
+
+
+def lower_graph_module(gm, func_name: str) -> dict:
+    """Steps 1–5 in *this* process (it loads torch-mlir's native libraries).
+
+    Returns ``{"ok": True, "text": generic-form MLIR}`` or ``{"ok": False, "stage": …,
+    "ops": [torch/tm_tensor op names involved], "diagnostics": [...]}``.
+    """
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_d
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    ctx = ir.Context()
+    torch_d.register_dialect(ctx)
+    importer = FxImporter(context=ctx)
+    try:
+        importer.import_stateless_graph(gm.graph, func_name=func_name)
+    except Exception as e:  # noqa: BLE001 - the importer raises plain exceptions
+        return {"ok": False, "stage": "FX import", "ops": [],
+                "diagnostics": [f"{type(e).__name__}: {e}"]}
+    module = importer.module
+    ok, diags = _run(module, TORCH_BACKEND_PIPELINE, "torch backend")
+    if not ok:
+        return {"ok": False, "stage": "torch backend lowering",
+                "ops": _op_names("\n".join(diags)), "diagnostics": diags}
+    ok, diags = _run(module, LINALG_CONVERSION_PIPELINE, "linalg conversion")
+    left = _remaining_compute_ops(module)
+    if not ok or left:
+        return {"ok": False, "stage": "lowering to linalg-on-tensors",
+                "ops": left or _op_names("\n".join(diags)), "diagnostics": diags}
+    ok, diags = _run(module, LINALG_FINALIZE_PIPELINE, "linalg finalize")
+    if not ok:
+        text = module.operation.get_asm(print_generic_op_form=True, large_elements_limit=16)
+        return {"ok": False, "stage": "linalg backend contract",
+                "ops": _op_names(text) or _op_names("\n".join(diags)), "diagnostics": diags}
+    attrs = module.operation.attributes
+    for a in [a.name for a in attrs if a.name.startswith("torch.")]:
+        del attrs[a]
+    text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
+    foreign = _op_names(text)
+    if foreign:
+        return {"ok": False, "stage": "final linalg check", "ops": foreign,
+                "diagnostics": []}
+    return {"ok": True, "text": text}
+
+
+def _lower_isolated(gm, func_name: str) -> dict:
+    """:func:`lower_graph_module` in a child process (see :mod:`latch.frontend._graph_io`
+    for why torch-mlir must not share a process with upstream MLIR's JIT)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+    from latch.frontend import _graph_io
+
+    with tempfile.TemporaryDirectory(prefix="latch-import-") as d:
+        src, dst = os.path.join(d, "graph.pkl"), os.path.join(d, "result.pkl")
+        with open(src, "wb") as f:
+            pickle.dump({"graph": _graph_io.dumps(gm), "func_name": func_name}, f)
+        proc = subprocess.run([sys.executable, "-m", "latch.frontend._import_worker", src, dst],
+                              capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(dst):
+            return {"ok": False, "stage": "torch-mlir import worker", "ops":
+                    _op_names(proc.stderr), "diagnostics": proc.stderr.strip().splitlines()[-20:]}
+        with open(dst, "rb") as f:
+            return pickle.load(f)
+
+
+def import_to_linalg(traced: TracedGraph, func_name: str = "loss_and_grads",
+                     isolate: bool = True) -> str:
+    """Import ``traced`` and lower it to linalg-on-tensors; returns generic-form MLIR text
+    (``func.func @<func_name>``) verified to parse in upstream MLIR.
+
+    ``isolate=True`` (default) runs torch-mlir in a child process so that this process can
+    use upstream MLIR's ExecutionEngine afterwards; ``isolate=False`` runs it here (faster,
+    but then upstream's JIT no longer resolves external symbols in this process).
+    """
+    check_supported(traced)
+    res = (_lower_isolated if isolate else lower_graph_module)(traced.graph_module, func_name)
+    if not res["ok"]:
+        raise unsupported_from_mlir_ops(traced, res["ops"], res["diagnostics"],
+                                        stage=res["stage"])
+    text = res["text"]
+    verify_upstream(text)
+    return text
+
+
+def verify_upstream(text: str):
+    """Parse ``text`` with the upstream ``mlir`` bindings in a fresh context."""
+    import mlir.ir as uir
+    with uir.Context():
+        try:
+            m = uir.Module.parse(text)
+        except Exception as e:
+            raise LatchError("the imported linalg IR does not parse in upstream MLIR",
+                             diagnostics=[str(e)[:2000]]) from e
+        if not m.operation.verify():
+            raise LatchError("the imported linalg IR does not verify in upstream MLIR")

@@ -1,0 +1,45 @@
+"""Compile options: one frozen dataclass, hashed into the cache key (Triton-style)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+from latch.errors import LatchError
+
+TARGETS = {
+    "cpu": "the embedded default: LLVM on the host through MLIR's ExecutionEngine",
+    "cuda": "PTX for NVIDIA GPUs (sm_90), launched through the CUDA driver by latch.runtime",
+}
+PRECISIONS = {
+    "fp32": "everything in float32",
+    "bf16": "matmul inputs in bfloat16 as torch.autocast does; fp32 master weights and state",
+}
+NONFINITE = {
+    "skip": "a step whose loss or new state is non-finite is not committed (state untouched); "
+            "state.skipped_steps counts it",
+    "raise": "such a step raises latch.NonFiniteError (state untouched)",
+}
+
+
+def _check(name: str, value: str, choices: dict) -> None:
+    if value not in choices:
+        valid = "\n".join(f"  {k!r}: {v}" for k, v in choices.items())
+        raise LatchError(f"unknown {name} {value!r}; valid choices:\n{valid}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    target: str = "cpu"
+    precision: str = "fp32"
+    on_nonfinite: str = "skip"
+    opt_level: int = 2
+
+    def __post_init__(self):
+        _check("target", self.target, TARGETS)
+        _check("precision", self.precision, PRECISIONS)
+        _check("on_nonfinite", self.on_nonfinite, NONFINITE)
+
+    def digest(self) -> str:
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()

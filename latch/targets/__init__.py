@@ -1,0 +1,1 @@
+"""Execution targets.  ``cpu``: upstream MLIR's LLVM lowering + ExecutionEngine JIT."""

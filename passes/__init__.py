@@ -1,0 +1,36 @@
+"""Latch passes and the named pipelines of each compiler stage.
+
+Every pass lives in its own module and is registered here lazily by its command-line name,
+so ``latch-opt --list-passes`` and the pipeline parser never import more than they need.
+"""
+from __future__ import annotations
+
+import importlib
+
+# command-line name -> "module:Class" (module relative to latch.passes)
+PASSES: dict[str, str] = {
+    "latch-verify": "latch_verify:LatchVerify",
+    "latch-lower-state": "lower_state:LowerState",
+    "latch-lower-schedules": "lower_schedules:LowerSchedules",
+    "latch-lower-control": "lower_control:LowerControl",
+    "latch-lower-optimizers": "lower_optimizers:LowerOptimizers",
+    "latch-plan-memory": "plan_memory:PlanMemory",
+}
+
+
+def get_pass(name: str):
+    """The pass class registered under ``name`` (KeyError if none)."""
+    module_name, class_name = PASSES[name].split(":")
+    module = importlib.import_module(f"latch.passes.{module_name}")
+    return getattr(module, class_name)
+
+
+def available_passes() -> dict[str, str]:
+    """name -> one-line summary, for passes whose module imports."""
+    out = {}
+    for name in sorted(PASSES):
+        try:
+            out[name] = get_pass(name).summary
+        except (ImportError, AttributeError):
+            continue
+    return out

@@ -1,0 +1,55 @@
+"""What every Latch pass is: a small frozen dataclass with a kebab-case ``name``.
+
+A pass's options are its dataclass fields; ``latch-foo{max-norm=1.0 period=4}`` sets the fields
+``max_norm`` and ``period`` (the value is converted to the field's annotated type).  ``apply``
+receives the ``builtin.module`` operation and changes it in place; to reject its input it
+raises :class:`latch.errors.PassError` with the location of the offending op, which the pass
+manager turns into a located ``error:`` diagnostic.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from latch.errors import PipelineError
+
+
+@dataclasses.dataclass(frozen=True)
+class ModulePass:
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def apply(self, module) -> None:  # module: mlir.ir.Operation (builtin.module)
+        raise NotImplementedError
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> "ModulePass":
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, raw in options.items():
+            field = fields.get(key.replace("-", "_"))
+            if field is None:
+                valid = ", ".join(f.name.replace("_", "-") for f in fields.values()) or "none"
+                raise PipelineError(f"pass '{cls.name}' has no option '{key}' (options: {valid})")
+            kwargs[field.name] = _convert(cls.name, key, raw, field.type)
+        return cls(**kwargs)
+
+
+def _convert(pass_name: str, key: str, raw: str, annotation) -> object:
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    try:
+        if kind == "bool":
+            if raw.lower() in ("1", "true", ""):
+                return True
+            if raw.lower() in ("0", "false"):
+                return False
+            raise ValueError(raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind.startswith("tuple"):
+            return tuple(int(x) for x in raw.split(",") if x)
+        return raw
+    except ValueError:
+        raise PipelineError(f"pass '{pass_name}': option '{key}' expects {kind}, got '{raw}'") from None

@@ -1,0 +1,163 @@
+"""``latch-plan-memory``: the static memory plan of every function (stage 'buffers').
+
+Each statically shaped ``memref.alloc`` in a function's body gets an offset in one arena.
+A buffer is live from its allocation to the last top-level op that uses it or any view of
+it (subview, cast, reshape ...); buffers that escape (returned, stored, captured by an op
+that is not a known reader/writer) are pinned: they get no arena slot and keep their own
+allocation.  Offsets are assigned greedily, largest buffer first, at the lowest offset that
+does not overlap a buffer whose live range intersects (the arena planner of TFLite and
+XLA's heap simulator work alike).
+
+Results are recorded as attributes, so later stages and ``prog.report()`` can read them:
+``latch.offset`` (i64) on each planned alloc, and on the function ``latch.arena_bytes``
+(the arena size) and ``latch.buffer_bytes`` (the sum of all planned buffers, i.e. what
+allocating each separately would take).
+
+Options: ``alignment`` (bytes, default 256 — what cudaMalloc guarantees).
+
+Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize, latch-plan-memory)'``
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from latch.passes.base import ModulePass
+
+_VIEW_OPS = {"memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
+             "memref.reinterpret_cast", "memref.view", "memref.reshape", "memref.transpose",
+             "memref.extract_strided_metadata"}
+_ESCAPES = {"func.return", "memref.store", "func.call", "memref.dealloc_helper",
+            "bufferization.to_tensor"}
+
+
+def _element_bytes(t) -> int:
+    s = str(t)
+    if s in ("index", "i64", "f64"):
+        return 8
+    if s in ("i1", "i8"):
+        return 1
+    for prefix in ("f", "i", "bf"):
+        if s.startswith(prefix) and s[len(prefix):].isdigit():
+            return max(1, int(s[len(prefix):]) // 8)
+    return 8
+
+
+def memref_bytes(memref_type) -> int:
+    n = 1
+    for d in memref_type.shape:
+        n *= d
+    return n * _element_bytes(memref_type.element_type)
+
+
+@dataclasses.dataclass
+class Buffer:
+    op: object
+    size: int
+    start: int
+    end: int
+    offset: int = -1
+
+
+def _top_level_index(op, body_ops_index, func_op) -> int | None:
+    cur = op
+    while cur is not None:
+        key = _key(cur)
+        if key in body_ops_index:
+            return body_ops_index[key]
+        parent = cur.parent
+        if parent is None or _key(parent) == _key(func_op):
+            return None
+        cur = parent
+    return None
+
+
+def _key(op):
+    return op.operation if hasattr(op, "operation") else op
+
+
+def _live_range(alloc, index, body_ops_index, func_op):
+    """(last top-level index using the buffer, escapes?)"""
+    last, escapes = index, False
+    work = [alloc.result]
+    seen = 0
+    while work and seen < 10000:
+        seen += 1
+        value = work.pop()
+        for use in value.uses:
+            owner = use.owner
+            owner_op = owner.operation if hasattr(owner, "operation") else owner
+            name = owner_op.name
+            if name in _ESCAPES:
+                escapes = True
+            if name in _VIEW_OPS:
+                work.extend(owner_op.results)
+            pos = _top_level_index(owner_op, body_ops_index, func_op)
+            if pos is None:
+                escapes = True
+            else:
+                last = max(last, pos)
+    return last, escapes
+
+
+def plan_buffers(buffers: list[Buffer], alignment: int) -> int:
+    """Assign offsets in place; returns the arena size."""
+    placed: list[Buffer] = []
+    for b in sorted(buffers, key=lambda b: (-b.size, b.start)):
+        overlapping = sorted((p for p in placed if p.start <= b.end and b.start <= p.end),
+                             key=lambda p: p.offset)
+        offset = 0
+        for p in overlapping:
+            if offset + b.size <= p.offset:
+                break
+            offset = max(offset, _align(p.offset + p.size, alignment))
+        b.offset = offset
+        placed.append(b)
+    return max((_align(b.offset + b.size, alignment) for b in placed), default=0)
+
+
+def _align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanMemory(ModulePass):
+    name = "latch-plan-memory"
+    summary = "assign every temporary buffer an offset in one arena, reusing memory by liveness"
+    alignment: int = 256
+
+    def apply(self, module) -> None:
+        from mlir import ir
+
+        for func_op in _functions(module):
+            if not func_op.regions or not func_op.regions[0].blocks:
+                continue
+            body = func_op.regions[0].blocks[0]
+            ops = list(body.operations)
+            index = {_key(op): i for i, op in enumerate(ops)}
+            buffers = []
+            for i, op in enumerate(ops):
+                o = _key(op)
+                if o.name != "memref.alloc" or len(o.operands) != 0:
+                    continue
+                mtype = ir.MemRefType(o.results[0].type)
+                if not mtype.has_static_shape:
+                    continue
+                last, escapes = _live_range(o, i, index, func_op)
+                if escapes:
+                    o.attributes["latch.pinned"] = ir.UnitAttr.get()
+                    continue
+                buffers.append(Buffer(o, memref_bytes(mtype), i, last))
+            arena = plan_buffers(buffers, self.alignment)
+            i64 = ir.IntegerType.get_signless(64)
+            for b in buffers:
+                b.op.attributes["latch.offset"] = ir.IntegerAttr.get(i64, b.offset)
+            func_op.attributes["latch.arena_bytes"] = ir.IntegerAttr.get(i64, arena)
+            func_op.attributes["latch.buffer_bytes"] = ir.IntegerAttr.get(
+                i64, sum(b.size for b in buffers))
+
+
+def _functions(module):
+    region = module.regions[0]
+    for op in region.blocks[0].operations:
+        if _key(op).name == "func.func":
+            yield _key(op)

@@ -1,0 +1,42 @@
+// RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory)' | FileCheck %s
+// RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory{alignment=8192})' | FileCheck %s --check-prefix=ALIGN
+// A chain exp -> sin -> cos -> add: three 4 KiB temporaries, never more than two live at
+// once, fit in an 8 KiB arena (the first and third share offset 0); the result escapes
+// through the return, so it is pinned and gets no arena slot.
+
+// CHECK-LABEL: func.func @chain(
+// CHECK-SAME: latch.arena_bytes = 8192 : i64, latch.buffer_bytes = 12288 : i64
+// CHECK: memref.alloc() {{{.*}}latch.offset = 0 : i64}
+// CHECK: memref.alloc() {{{.*}}latch.offset = 4096 : i64}
+// CHECK: memref.alloc() {{{.*}}latch.offset = 0 : i64}
+// CHECK: memref.alloc() {{{.*}}latch.pinned}
+// CHECK: return
+// ALIGN: latch.arena_bytes = 16384 : i64
+#id = affine_map<(d0) -> (d0)>
+func.func @chain(%a: tensor<1024xf32>) -> tensor<1024xf32> {
+  %e = tensor.empty() : tensor<1024xf32>
+  %1 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%a : tensor<1024xf32>) outs(%e : tensor<1024xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = math.exp %x : f32
+    linalg.yield %s : f32
+  } -> tensor<1024xf32>
+  %e2 = tensor.empty() : tensor<1024xf32>
+  %2 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%1 : tensor<1024xf32>) outs(%e2 : tensor<1024xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = math.sin %x : f32
+    linalg.yield %s : f32
+  } -> tensor<1024xf32>
+  %e3 = tensor.empty() : tensor<1024xf32>
+  %3 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%2 : tensor<1024xf32>) outs(%e3 : tensor<1024xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = math.cos %x : f32
+    linalg.yield %s : f32
+  } -> tensor<1024xf32>
+  %e4 = tensor.empty() : tensor<1024xf32>
+  %4 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]} ins(%3, %a : tensor<1024xf32>, tensor<1024xf32>) outs(%e4 : tensor<1024xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<1024xf32>
+  return %4 : tensor<1024xf32>
+}

@@ -1,0 +1,26 @@
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-bufferize, latch-form-kernels)' | FileCheck %s
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-bufferize, latch-form-kernels{block=64})' | FileCheck %s --check-prefix=BLOCK64
+// Stage 'kernels': each parallel loop nest is outlined into a gpu.func; the host keeps an
+// ordered launch schedule.  The default tile is 32x8 threads.
+
+// CHECK: module attributes {gpu.container_module}
+// CHECK-LABEL: func.func @add(
+// CHECK: gpu.launch_func @add_kernel::@add_kernel blocks in ({{.*}}) threads in (%[[TX:.*]], %[[TY:.*]], %{{.*}})
+// CHECK-LABEL: gpu.module @add_kernel
+// CHECK: gpu.func @add_kernel({{.*}}) kernel
+// CHECK: gpu.block_id x
+// CHECK: gpu.thread_id x
+// CHECK: gpu.return
+// BLOCK64: %[[C64:.*]] = arith.constant 64 : index
+// BLOCK64: gpu.launch_func @add_kernel::@add_kernel blocks in ({{.*}}) threads in (%[[C64]],
+#id = affine_map<(d0) -> (d0)>
+func.func @add(%a: tensor<1000xf32>, %b: tensor<1000xf32>) -> tensor<1000xf32> {
+  %e = tensor.empty() : tensor<1000xf32>
+  %r = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
+      ins(%a, %b : tensor<1000xf32>, tensor<1000xf32>) outs(%e : tensor<1000xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<1000xf32>
+  return %r : tensor<1000xf32>
+}

@@ -1,0 +1,19 @@
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | FileCheck %s
+// linalg.matmul on tensors: a zero-fill kernel, then a kernel with the k loop inside.
+
+// CHECK-LABEL: gpu.binary "mm_kernel"
+// CHECK: .visible .entry mm_kernel(
+// CHECK: st.global.b32
+// CHECK-LABEL: gpu.binary "mm_kernel_0"
+// CHECK: .visible .entry mm_kernel(
+// CHECK-COUNT-3: ld.global.b32
+// CHECK: mul.rn.f32
+// CHECK: add.rn.f32
+// CHECK: st.global.b32
+func.func @mm(%a: tensor<64x32xf32>, %b: tensor<32x16xf32>) -> tensor<64x16xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x16xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x16xf32>) -> tensor<64x16xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x16xf32>) outs(%f : tensor<64x16xf32>) -> tensor<64x16xf32>
+  return %m : tensor<64x16xf32>
+}

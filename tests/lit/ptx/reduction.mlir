@@ -1,0 +1,26 @@
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | FileCheck %s
+// A row-sum: the parallel dimension maps to threads, the reduction stays a loop in the kernel.
+
+// CHECK-LABEL: gpu.binary "row_sum_kernel
+// CHECK: .visible .entry row_sum_kernel(
+// CHECK-LABEL: gpu.binary "row_sum_kernel_0"
+// CHECK: .visible .entry row_sum_kernel(
+// CHECK: ld.global.b32
+// CHECK: ld.global.b32
+// CHECK: add.rn.f32
+// CHECK: st.global.b32
+// CHECK: setp.lt.s64
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @row_sum(%a: tensor<128x96xf32>) -> tensor<128xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<128xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<128xf32>) -> tensor<128xf32>
+  %r = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%a : tensor<128x96xf32>) outs(%f : tensor<128xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %x, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<128xf32>
+  return %r : tensor<128xf32>
+}
