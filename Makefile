@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: check demo test-py test-lit venv clean
+.PHONY: check demo demo-ptx test-py test-lit venv clean
 
 check: $(STAMP)
 	$(PY) -m pytest -q tests/py
@@ -17,7 +17,10 @@ test-lit: $(STAMP)
 	$(VENV)/bin/lit -sv tests/lit
 
 demo: $(STAMP)
-	$(PY) examples/demo.py
+	$(PY) examples/char_lm.py
+
+demo-ptx: $(STAMP)
+	$(PY) examples/ptx_demo.py
 
 venv: $(STAMP)
 

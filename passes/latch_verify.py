@@ -59,6 +59,11 @@ def verify_module(module_op) -> None:
     """Raise :class:`Violation` (a ``PassError``) at the first broken rule of ``module_op``
     (a ``builtin.module`` operation or ``ir.Module``); return None if it is valid."""
     module = module_op.operation
+    with module.context, module.location:
+        _verify(module)
+
+
+def _verify(module: ir.Operation) -> None:
     try:
         module.verify()
     except ir.MLIRError as e:

@@ -41,10 +41,11 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "latch-bufferize",
         "stage 'buffers': linalg on tensors -> linalg on memrefs (one-shot bufferization "
         "across function boundaries, identity layouts) and the static memory plan",
-        ("func.func(linalg-generalize-named-ops)", "linalg-fuse-elementwise-ops",
+        ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops)",
+         "linalg-fuse-elementwise-ops",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
-         "function-boundary-type-conversion=identity-layout-map}}",
+         "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
          "canonicalize", "cse", "latch-plan-memory"),
     ),
     NamedPipeline(

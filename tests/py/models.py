@@ -197,6 +197,8 @@ class TinyMoE(nn.Module):
         self.layers = nn.ModuleList(
             [MoEBlock(d, n_heads, hidden, n_experts, top_k) for _ in range(n_layers)])
         self.norm = RMSNorm(d)
+        nn.init.normal_(self.tok.weight, std=0.02)
+        nn.init.normal_(self.pos.weight, std=0.02)
 
     def forward(self, idx, targets):
         B, T = idx.shape
