@@ -106,6 +106,20 @@ def return_(values: Sequence[ir.Value]) -> ir.Operation:
     return _create("latch.return", operands=values)
 
 
+def call(callee, args: Sequence[ir.Value], result_types: Sequence[ir.Type] | None = None
+         ) -> list[ir.Value]:
+    """``latch.call`` of a ``func.func`` (the op, or its name together with ``result_types``)."""
+    if not isinstance(callee, str):
+        if result_types is None:
+            ftype = ir.FunctionType(ir.TypeAttr(callee.operation.attributes["function_type"]).value)
+            result_types = list(ftype.results)
+        callee = _sym_name(callee)
+    if result_types is None:
+        raise ValueError(f"call('{callee}'): pass the func.func op or the result types")
+    return list(_create("latch.call", operands=args, results=result_types,
+                        attributes={"callee": ir.FlatSymbolRefAttr.get(callee)}).results)
+
+
 # ------------------------------------------------------------------------- learning rules
 def sgd(param, grad, lr, buf=None, *, momentum: float = 0.0, weight_decay: float = 0.0,
         nesterov: bool = False) -> tuple[ir.Value, ir.Value | None]:

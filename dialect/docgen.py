@@ -11,7 +11,7 @@ import inspect
 import sys
 
 from . import OPS, builders
-from .opdef import OpDef, Variadicity
+from .opdef import GENERIC_RULES, OpDef, Variadicity
 
 HEADER = """\
 # Latch dialect reference
@@ -53,14 +53,17 @@ description drives the verifier, this page and an IRDL rendering
 So `latch.dialect.load()` lets the context hold `latch.*` ops as generic unregistered
 operations, and **`latch-verify` checks everything**: what IRDL would have checked (the
 generic rules below, driven by each op's operand, result, attribute and region lists) and each
-op's own rules.  It runs first in every pipeline, stops at the first violation in pre-order
-and reports it at the op's location as `'latch.<op>' op <message>`
-(`latch.errors.PassError`; `latch.dialect.Violation.rule` is the rule id used below).
+op's own rules.  It runs first in every pipeline, checks the `latch.state` declarations and
+then every op in pre-order, stops at the first violation and reports it at the op's location
+as `'latch.<op>' op <message>` (a `latch.errors.PassError`; `latch.dialect.Violation.rule`
+is the rule id used below).
 `tests/py/test_dialect.py` keeps the IRDL limitations under test.
 
 Because the ops are unregistered, MLIR treats them conservatively: unknown side effects (never
 erased or hoisted by upstream passes), regions not isolated from above, and no dominance check
-inside their regions (`latch-verify` does that one).
+inside their regions (`latch-verify` does that one).  MLIR also does not resolve symbols
+through them, so a `func.call` inside a `latch.update` does not verify; `latch.call` takes its
+place until `latch-lower-state` turns it back into `func.call`.
 
 ### Rules every op is held to
 
@@ -107,8 +110,6 @@ def _op_section(d: OpDef) -> list[str]:
 
 
 def render() -> str:
-    from latch.passes.latch_verify import GENERIC_RULES
-
     lines = HEADER.splitlines()
     lines += [f"| `{rid}` | {text} |" for rid, text in GENERIC_RULES.items()] + [""]
     family = None

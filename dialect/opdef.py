@@ -128,7 +128,6 @@ class Region:
     name: str
     block_args: str           # in words; checked by the op's ``verify``
     terminator: str           # the op that must end its single block
-    doc: str = ""
     no_block_args: bool = False
 
 
@@ -139,6 +138,29 @@ class Rule:
     id: str
     text: str
     by_mlir: bool = False
+
+
+#: The rules every op is held to, checked by latch-verify from its OpDef (ids as in
+#: ``Violation.rule``).
+GENERIC_RULES = {
+    "unknown-op": "a `latch.*` op is one of the ops of this reference.",
+    "unregistered-op": "an op of another dialect is registered (its dialect is loaded).",
+    "parent": "ops with a fixed parent (`latch.state`, `latch.update`: the module; "
+              "`latch.return`: `latch.update`; `latch.yield`: `latch.every`/`loop`/`scan`) "
+              "are directly inside it.",
+    "operand-count": "the number of operands fits the operand groups (single, optional, "
+                     "variadic).",
+    "operand-type": "each operand satisfies its group's type constraint.",
+    "result-count": "the number of results fits the result groups.",
+    "result-type": "each result satisfies its group's type constraint.",
+    "attribute-missing": "every listed attribute is present (others are allowed).",
+    "attribute-kind": "every listed attribute has its kind (f64 FloatAttr, i64 IntegerAttr, ...).",
+    "region-count": "the op has exactly the listed regions.",
+    "region-blocks": "each region has exactly one block.",
+    "region-args": "a region documented without block arguments has none.",
+    "terminator": "each region's block ends with its terminator (`latch.return`/`latch.yield`).",
+    "dominance": "inside Latch regions, every value is defined before it is used.",
+}
 
 
 class Violation(PassError):
@@ -201,9 +223,10 @@ def segments(defs: tuple[Operand, ...], count: int) -> list[tuple[Operand, int, 
 
 @dataclasses.dataclass
 class VerifyEnv:
-    """What the op checks may consult: the module's states by name, and the writes seen so far
-    per enclosing ``latch.update`` (keyed by the update op and the state name)."""
+    """What the op checks may consult: the module's states and functions by name, and the
+    writes seen so far per enclosing ``latch.update`` (keyed by the update op and state name)."""
     states: dict[str, "ir.Operation"] = dataclasses.field(default_factory=dict)
+    functions: dict[str, "ir.Operation"] = dataclasses.field(default_factory=dict)
     writes: dict[tuple[object, str], "ir.Operation"] = dataclasses.field(default_factory=dict)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlir import ir
 
 from .opdef import (
-    I64_SCALAR, STRING, SYMBOL, TENSOR, TYPE, Attr, OpDef, Operand, Region, Result, Rule,
+    ANY, I64_SCALAR, STRING, SYMBOL, TENSOR, TYPE, Attr, OpDef, Operand, Region, Result, Rule,
     Variadicity, VerifyEnv, Violation, attr_value, enclosing, is_float_scalar,
 )
 
@@ -13,12 +13,16 @@ STATE_KINDS = ("param", "grad_acc", "moment", "counter")
 
 
 def collect_symbols(module: ir.Operation, env: VerifyEnv) -> None:
-    """Record every ``latch.state`` of ``module`` in ``env``.  (Unique names are MLIR's job:
-    ``builtin.module`` verifies its symbol table, ``sym_name`` attributes included.)"""
+    """Record every ``latch.state`` and ``func.func`` of ``module`` in ``env``.  (Unique names
+    are MLIR's job: ``builtin.module`` verifies its symbol table, ``sym_name``s included.)"""
     for op in module.regions[0].blocks[0].operations:
         op = op.operation
-        if op.name == "latch.state" and "sym_name" in op.attributes:
+        if "sym_name" not in op.attributes:
+            continue
+        if op.name == "latch.state":
             env.states[attr_value(op.attributes["sym_name"])] = op
+        elif op.name == "func.func":
+            env.functions[attr_value(op.attributes["sym_name"])] = op
 
 
 def _verify_state(op, env: VerifyEnv) -> None:
@@ -66,6 +70,23 @@ def _verify_write(op, env: VerifyEnv) -> None:
     if key in env.writes:
         raise Violation(op, "one-write", f"second write of state '@{name}' in this update")
     env.writes[key] = op
+
+
+def _fmt(types) -> str:
+    return "(" + ", ".join(str(t) for t in types) + ")"
+
+
+def _verify_call(op, env: VerifyEnv) -> None:
+    name = attr_value(op.attributes["callee"])
+    func = env.functions.get(name)
+    if func is None:
+        raise Violation(op, "callee", f"'@{name}' does not name a func.func of the module")
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    for what, got, want in (("operand", [v.type for v in op.operands], list(ftype.inputs)),
+                            ("result", [r.type for r in op.results], list(ftype.results))):
+        if got != want:
+            raise Violation(op, "signature", f"{what} types {_fmt(got)} differ from those of "
+                            f"@{name}: {_fmt(want)}")
 
 
 def _verify_update(op, env: VerifyEnv) -> None:
@@ -163,4 +184,22 @@ rank-0 float tensor, normally `tensor<f32>`), then anything else the program rep
     verify=_verify_return,
 )
 
-OPS = (STATE, UPDATE, READ, WRITE, RETURN)
+CALL = OpDef(
+    "latch.call", family="program structure", builder="call",
+    summary="call a func.func of the module from inside Latch regions",
+    doc="""Calls the `func.func` named `callee` (typically the loss-and-gradients function) and
+returns its results.  It exists because `func.call` cannot sit inside a `latch.update`: the
+Latch ops are unregistered operations (see above), and MLIR does not resolve symbols through
+an unregistered op with a region.  `latch-lower-state` turns it into `func.call`.""",
+    operands=(Operand("args", ANY, Variadicity.VARIADIC),),
+    results=(Result("results", ANY, Variadicity.VARIADIC),),
+    attributes=(Attr("callee", SYMBOL, "the `func.func` called"),),
+    rules=(
+        Rule("callee", "`callee` names a `func.func` of the module."),
+        Rule("signature", "operand and result types equal the function's input and result "
+                          "types."),
+    ),
+    verify=_verify_call,
+)
+
+OPS = (STATE, UPDATE, READ, WRITE, RETURN, CALL)

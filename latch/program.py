@@ -57,12 +57,11 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
         _append_functions(module, imported)
         slots = _state_slots(module)
         counts_in = op_counts(module)
-        records = run_stages(module, ["latch-lower-rules", "latch-bufferize"],
-                             dump_to=dump_dir(), name="update")
-        memory = _memory_plan(module, "update")
+        records = run_stages(module, ["latch-lower-rules"], dump_to=dump_dir(), name="update")
         for r in records:
             timer.times[r.stage] = r.seconds
         lowered = module.operation.get_asm(print_generic_op_form=True)
+        memory = {"arena_bytes": 0, "buffer_bytes": 0}
 
     manifest = {
         "format": "latch-program/1",
@@ -135,7 +134,7 @@ class Program:
         if manifest["options"]["target"] != "cpu":
             raise LatchError(f"target {manifest['options']['target']!r} cannot run in this "
                              "process; only 'cpu' programs run through the JIT")
-        self._exe = CpuExecutable(module_text, manifest["entry"], bufferized=True,
+        self._exe = CpuExecutable(module_text, manifest["entry"],
                                   opt_level=manifest["options"]["opt_level"])
 
     # -- state ---------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 It runs first in every pipeline (``latch-opt`` always runs it).  It checks what IRDL would
 check if it could define the dialect (op names, operand/result counts and types, attribute
 kinds, regions, terminators, parents, SSA dominance inside Latch regions), then each op's own
-rules (``OpDef.verify``).  It stops at the first violation, in pre-order, and raises
+rules (``OpDef.verify``).  It checks the ``latch.state`` declarations first (reads and writes
+rely on them), then every op in pre-order, stops at the first violation and raises
 :class:`latch.dialect.Violation` (a :class:`latch.errors.PassError`) located at the offending
 op, e.g. ``'latch.every' op period must be >= 1, got 0``; ``Violation.rule`` names the rule.
 
@@ -19,31 +20,12 @@ from typing import ClassVar
 from mlir import ir
 
 from latch.dialect import NAMESPACE, OPS
-from latch.dialect.opdef import OpDef, VerifyEnv, Violation, segments, Variadicity
+from latch.dialect.opdef import GENERIC_RULES, OpDef, Variadicity, VerifyEnv, Violation, segments
 from latch.dialect.state_ops import collect_symbols
 from latch.errors import PassError
 from latch.passes.base import ModulePass
 
-#: The rules every op is held to, from its OpDef (ids as in ``Violation.rule``).
-GENERIC_RULES = {
-    "unknown-op": "a `latch.*` op is one of the ops of this reference.",
-    "unregistered-op": "an op of another dialect is registered (its dialect is loaded).",
-    "parent": "ops with a fixed parent (`latch.state`, `latch.update`: the module; "
-              "`latch.return`: `latch.update`; `latch.yield`: `latch.every`/`loop`/`scan`) "
-              "are directly inside it.",
-    "operand-count": "the number of operands fits the operand groups (single, optional, "
-                     "variadic).",
-    "operand-type": "each operand satisfies its group's type constraint.",
-    "result-count": "the number of results fits the result groups.",
-    "result-type": "each result satisfies its group's type constraint.",
-    "attribute-missing": "every listed attribute is present (others are allowed).",
-    "attribute-kind": "every listed attribute has its kind (f64 FloatAttr, i64 IntegerAttr, ...).",
-    "region-count": "the op has exactly the listed regions.",
-    "region-blocks": "each region has exactly one block.",
-    "region-args": "a region documented without block arguments has none.",
-    "terminator": "each region's block ends with its terminator (`latch.return`/`latch.yield`).",
-    "dominance": "inside Latch regions, every value is defined before it is used.",
-}
+__all__ = ["GENERIC_RULES", "LatchVerify", "verify_module"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +54,8 @@ def _verify(module: ir.Operation) -> None:
                         location=first.location if first else module.location) from None
     env = VerifyEnv()
     collect_symbols(module, env)
+    for state in env.states.values():   # states first: reads and writes rely on them
+        _check_op(state, env)
     scoped: set[ir.Value] = set()
     _collect_scoped(module, scoped)
     for region in module.regions:
@@ -117,7 +101,7 @@ def _check_op(op: ir.Operation, env: VerifyEnv) -> None:
     if not _is_latch(op):
         if not op.context.is_registered_operation(op.name):
             raise Violation(op, "unregistered-op",
-                            f"is not a registered operation (is its dialect loaded?)")
+                            "is not a registered operation (is its dialect loaded?)")
         return
     d = OPS.get(op.name)
     if d is None:

@@ -13,7 +13,11 @@ Results are recorded as attributes, so later stages and ``prog.report()`` can re
 (the arena size) and ``latch.buffer_bytes`` (the sum of all planned buffers, i.e. what
 allocating each separately would take).
 
-Options: ``alignment`` (bytes, default 256 — what cudaMalloc guarantees).
+Options: ``alignment`` (bytes, default 256 — what cudaMalloc guarantees); ``materialize``
+(default false): also carry the plan out — allocate one ``memref<Nxi8>`` arena at the top
+of the function and turn every planned alloc into a ``memref.view`` of it at its offset, so
+the function makes one allocation per call instead of one per buffer (the CPU target runs
+it this way; the CUDA target reads the offsets into its manifest instead).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize, latch-plan-memory)'``
 """
@@ -124,6 +128,7 @@ class PlanMemory(ModulePass):
     name = "latch-plan-memory"
     summary = "assign every temporary buffer an offset in one arena, reusing memory by liveness"
     alignment: int = 256
+    materialize: bool = False
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -154,7 +159,29 @@ class PlanMemory(ModulePass):
             func_op.attributes["latch.arena_bytes"] = ir.IntegerAttr.get(i64, arena)
             func_op.attributes["latch.buffer_bytes"] = ir.IntegerAttr.get(
                 i64, sum(b.size for b in buffers))
+            if self.materialize and buffers:
+                _materialize(body, buffers, arena, self.alignment)
 
+
+def _materialize(body, buffers, arena: int, alignment: int) -> None:
+    """One arena alloc at the top of ``body``; each planned alloc becomes a view of it."""
+    from mlir import ir
+    from mlir.dialects import arith, memref
+
+    i8 = ir.IntegerType.get_signless(8)
+    index = ir.IndexType.get()
+    first = list(body.operations)[0]
+    with ir.InsertionPoint(first), first.location:
+        arena_type = ir.MemRefType.get([max(arena, 1)], i8)
+        arena_val = memref.AllocOp(arena_type, [], [],
+                                   alignment=ir.IntegerAttr.get(
+                                       ir.IntegerType.get_signless(64), alignment)).result
+    for b in buffers:
+        with ir.InsertionPoint(b.op), b.op.location:
+            offset = arith.ConstantOp(index, b.offset).result
+            view = memref.ViewOp(b.op.results[0].type, arena_val, offset, []).result
+        b.op.results[0].replace_all_uses_with(view)
+        b.op.erase()
 
 def _functions(module):
     region = module.regions[0]

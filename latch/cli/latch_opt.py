@@ -9,7 +9,9 @@ gives located ``file:line:col: error:`` diagnostics and exit status 1, never a t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import re
 import sys
 
 from latch.diagnostics import Diag, check_expected, collect_expected, from_location, from_mlir
@@ -17,6 +19,7 @@ from latch.errors import LatchError, PassError
 
 SPLIT_MARKER = "// -----"
 MAX_NESTING = 512
+MAX_DIGITS = 1000   # decimal literals: parsing is superlinear, and asserts on huge floats
 BYTECODE_MAGIC = b"ML\xefR"
 
 
@@ -63,41 +66,64 @@ def _read_input(path: str) -> bytes:
 
 
 def _decode(data: bytes, filename: str) -> tuple[str | None, list[Diag]]:
-    try:
-        return data.decode("utf-8"), []
-    except UnicodeDecodeError as e:
-        before = data[:e.start]
+    def at(pos: int, message: str) -> Diag:
+        before = data[:pos]
         line = before.count(b"\n") + 1
-        col = e.start - (before.rfind(b"\n") + 1) + 1
-        return None, [Diag("error", filename, line, col,
-                           f"input is neither UTF-8 text nor MLIR bytecode (byte 0x{data[e.start]:02x})")]
+        col = pos - (before.rfind(b"\n") + 1) + 1
+        return Diag("error", filename, line, col, message)
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, [at(e.start, "input is neither UTF-8 text nor MLIR bytecode "
+                                  f"(byte 0x{data[e.start]:02x})")]
+    nul = data.find(b"\0")
+    if nul >= 0:   # MLIR's lexer would skip it silently, or stop reading there
+        return None, [at(nul, "input contains a NUL byte; it is neither MLIR text nor bytecode")]
+    return text, []
+
+
+# The scan behind _nesting_problem: what makes MLIR's recursive-descent parser recurse
+# (brackets, chains of unary minus in affine expressions) or run for minutes / assert
+# (decimal literals of thousands of digits), outside strings and comments.
+_SCAN = re.compile(r"""
+    "(?:[^"\\\n]|\\.)*"?     # a string literal (MLIR strings cannot span lines)
+  | //[^\n]*                 # a comment
+  | ->|>=|<=                  # arrows and comparisons: no brackets
+  | (?P<open>[({\[<])
+  | (?P<close>[)}\]>])
+  | (?P<minus>-)
+  | (?P<digits>\d{%d,})
+""" % (MAX_DIGITS + 1), re.X)
 
 
 def _nesting_problem(text: str, first_line: int, filename: str) -> Diag | None:
-    depth, line, col, quote = 0, first_line, 0, False
-    comment = False
-    for ch in text:
-        col += 1
-        if ch == "\n":
-            line, col, comment = line + 1, 0, False
-            continue
-        if comment:
-            continue
-        if quote:
-            if ch == '"':
-                quote = False
-            continue
-        if ch == '"':
-            quote = True
-        elif ch == "/" and text:  # '//' comments: cheap approximation, good enough here
-            comment = True
-        elif ch in "({[<":
+    """A located error if ``text`` would overflow the parser's stack or stall it."""
+    def diag(pos: int, message: str) -> Diag:
+        line = first_line + text.count("\n", 0, pos)
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        return Diag("error", filename, line, col, message)
+
+    depth, minuses, last = 0, 0, 0
+    for m in _SCAN.finditer(text):
+        kind = m.lastgroup
+        if kind != "minus" and not m.group().startswith("//") or text[last:m.start()].strip():
+            minuses = 0
+        last = m.end()
+        if kind == "open":
             depth += 1
             if depth > MAX_NESTING:
-                return Diag("error", filename, line, col,
-                            f"nesting deeper than {MAX_NESTING} levels; refusing to parse")
-        elif ch in ")}]>":
+                return diag(m.start(), f"nesting deeper than {MAX_NESTING} levels; refusing to parse")
+        elif kind == "close":
             depth = max(0, depth - 1)
+        elif kind == "minus":
+            minuses += 1
+            if minuses > MAX_NESTING:
+                return diag(m.start(), f"nesting deeper than {MAX_NESTING} levels (a chain of "
+                                       f"unary minus); refusing to parse")
+        elif kind == "digits":
+            return diag(m.start(), f"numeric literal longer than {MAX_DIGITS} digits; "
+                                   "refusing to parse")
     return None
 
 
@@ -161,7 +187,10 @@ def process_chunk(chunk: str | bytes, first_line: int, args, filename: str):
         try:
             module = ir.Module.parse(source)
         except ir.MLIRError as e:
-            return None, collector.diags + [from_mlir(d, filename) for d in e.error_diagnostics]
+            diags = collector.diags + [from_mlir(d, filename) for d in e.error_diagnostics]
+            if not isinstance(chunk, str):   # bytecode has no lines: point at its start
+                diags = [d if d.line else dataclasses.replace(d, line=1, col=1) for d in diags]
+            return None, diags
         try:
             from latch.passes.latch_verify import verify_module
             verify_module(module.operation)
@@ -174,9 +203,16 @@ def process_chunk(chunk: str | bytes, first_line: int, args, filename: str):
                     pm.enable_ir_printing()
                 pm.run(module.operation)
             except ir.MLIRError as e:
-                return None, collector.diags + [from_mlir(d, filename) for d in e.error_diagnostics]
-            except LatchError as e:
-                return None, collector.diags + [Diag("error", filename, 0, 0, e.message)]
+                diags = collector.diags + [from_mlir(d, filename) for d in e.error_diagnostics]
+                if not any(d.severity == "error" for d in diags):   # a pass failed silently
+                    diags.append(Diag("error", filename, 0, 0, f"{e.message} "
+                                      f"{args.pass_pipeline!r}; no pass reported why"))
+                return None, diags
+            except LatchError as e:   # a malformed pipeline: no location in the input
+                why = [re.sub(r"^.*?:\d+:\d+: error: ", "", d.strip())
+                       for d in e.diagnostics if d.strip()][:1]   # MLIR's reason, if any
+                notes = tuple(Diag("note", filename, 0, 0, w) for w in why)
+                return None, collector.diags + [Diag("error", filename, 0, 0, e.message, notes)]
         if collector.diags and any(d.severity == "error" for d in collector.diags):
             return None, collector.diags
         if args.emit == "ptx":

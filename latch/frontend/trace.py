@@ -22,6 +22,8 @@ Tracing is deterministic: the same model and input shapes give the same graph te
 from __future__ import annotations
 
 import contextlib
+import os
+import traceback
 import dataclasses
 from typing import Any, Callable, Sequence
 
@@ -110,13 +112,46 @@ def _check_inputs(example_inputs: tuple):
                              "pass only tensors (bake other arguments into the model)")
 
 
+@contextlib.contextmanager
+def _full_stack_traces():
+    """make_fx keeps only frames named ``forward`` in node stack traces; keep them all (the
+    supported-op check picks the innermost user frame itself)."""
+    from torch.fx.proxy import TracerBase
+    orig = TracerBase._filter_traceback_frames
+    torch_dir = os.path.dirname(torch.__file__)
+
+    def keep_non_torch(self, summary):
+        return traceback.StackSummary.from_list(
+            [f for f in summary if not f.filename.startswith(torch_dir)])
+
+    TracerBase._filter_traceback_frames = keep_non_torch
+    try:
+        yield
+    finally:
+        TracerBase._filter_traceback_frames = orig
+
+
+def _data_dependent_errors():
+    from torch._subclasses import fake_tensor
+    from torch.fx.experimental import symbolic_shapes
+    errs = [symbolic_shapes.GuardOnDataDependentSymNode]
+    for n in ("DynamicOutputShapeException", "DataDependentOutputException",
+              "UnsupportedOperatorException"):
+        if hasattr(fake_tensor, n):
+            errs.append(getattr(fake_tensor, n))
+    return tuple(errs)
+
+
+_DATA_DEPENDENT = _data_dependent_errors()
+
+
 def _make_fx(fn: Callable, args: Sequence[torch.Tensor], precision: str):
-    with tracing_context(precision):
+    with tracing_context(precision), _full_stack_traces():
         try:
             gm = make_fx(fn, decomposition_table=decomposition_table(),
                          tracing_mode="fake", record_stack_traces=True,
                          _allow_non_fake_inputs=True)(*args)
-        except torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode as e:
+        except _DATA_DEPENDENT as e:
             raise UnsupportedOpError(
                 "the model has data-dependent control flow or shapes, which a static "
                 "training graph cannot express",
@@ -125,7 +160,22 @@ def _make_fx(fn: Callable, args: Sequence[torch.Tensor], precision: str):
                              "boolean indexing or nonzero()"]) from None
     gm.graph.eliminate_dead_code()
     gm.recompile()
+    _check_static_shapes(gm)
     return gm
+
+
+def _check_static_shapes(gm):
+    """Reject ops whose output shape depends on data (nonzero, boolean indexing, …)."""
+    from latch.frontend.support import _location
+    for n in gm.graph.nodes:
+        vals = pytree.tree_leaves(n.meta.get("val"))
+        for v in vals:
+            if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+                raise UnsupportedOpError(
+                    f"unsupported op {n.target}: its output shape depends on tensor values",
+                    diagnostics=[f"at {_location(n)}",
+                                 "hint: compute with masks (torch.where) instead of boolean "
+                                 "indexing, nonzero() or .item()"])
 
 
 def _out_specs(gm, args, names):
@@ -235,13 +285,9 @@ def trace_function(fn_or_module: Callable | nn.Module, example_inputs,
         call = fn_or_module
         default_name = getattr(fn_or_module, "__name__", "function")
 
-    def forward(*flat):
-        # named "forward": FX records stack traces from the first frame named forward on
-        return call(*flat)
-
     def flat_fn(*flat):
         with torch.no_grad():
-            out = forward(*flat)
+            out = call(*flat)
         leaves, treedef = pytree.tree_flatten(out)
         treedef_box[:] = [treedef]
         return tuple(leaves)

@@ -221,6 +221,7 @@ class CpuExecutable:
             self.engine = ExecutionEngine(module, opt_level=opt_level,
                                           shared_libs=[runner_utils_lib()])
         self._module = module
+        self._entry = None
 
     @property
     def num_inputs(self) -> int:
@@ -247,13 +248,50 @@ class CpuExecutable:
         return out
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        from mlir.runtime import get_ranked_memref_descriptor
         ins = self._check(arrays)
         outs = [np.empty(shape, dtype=dt) for shape, dt in self.output_sigs]
-        descs = [get_ranked_memref_descriptor(a) for a in (*ins, *outs)]
-        args = [ctypes.pointer(ctypes.pointer(d)) for d in descs]
-        self.engine.invoke(self.func_name, *args)
+        descs = [_memref_descriptor(a) for a in (*ins, *outs)]
+        packed = (ctypes.c_void_p * len(descs))()
+        holders = []
+        for i, d in enumerate(descs):
+            p = ctypes.pointer(d)               # pointer types are cached per class
+            holders.append(p)
+            packed[i] = ctypes.addressof(p)     # the C interface takes T** per argument
+        if self._entry is None:
+            addr = self.engine.raw_lookup("_mlir_ciface_" + self.func_name)
+            if not addr:
+                raise LatchError(f"JIT lookup of @{self.func_name} failed")
+            self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr)
+        self._entry(packed)
+        del holders
         return outs
+
+
+@functools.lru_cache(maxsize=None)
+def _descriptor_class(rank: int, np_dtype: np.dtype):
+    """One ctypes memref-descriptor class per (rank, dtype).  (mlir.runtime's helpers make
+    a new class per call, and ctypes caches a POINTER type per class forever: a leak of
+    ~1 KB per argument per call.)"""
+    from mlir.runtime.np_to_memref import as_ctype
+    ctp = as_ctype(np_dtype)
+    fields = [("allocated", ctypes.c_longlong), ("aligned", ctypes.POINTER(ctp)),
+              ("offset", ctypes.c_longlong)]
+    if rank > 0:
+        fields += [("shape", ctypes.c_longlong * rank), ("strides", ctypes.c_longlong * rank)]
+    return type(f"MemRef{rank}D_{np.dtype(np_dtype).name}", (ctypes.Structure,),
+                {"_fields_": fields}), ctp
+
+
+def _memref_descriptor(a: np.ndarray):
+    cls, ctp = _descriptor_class(a.ndim, a.dtype)
+    d = cls()
+    d.allocated = a.ctypes.data
+    d.aligned = ctypes.cast(a.ctypes.data, ctypes.POINTER(ctp))
+    d.offset = 0
+    if a.ndim > 0:
+        d.shape = (ctypes.c_longlong * a.ndim)(*a.shape)
+        d.strides = (ctypes.c_longlong * a.ndim)(*[s // a.itemsize for s in a.strides])
+    return d
 
 
 # ----------------------------------------------------------------------------- torch glue

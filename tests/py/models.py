@@ -188,8 +188,8 @@ class MoEBlock(nn.Module):
 
 
 class TinyMoE(nn.Module):
-    def __init__(self, vocab=64, d=32, n_layers=2, n_heads=2, seq=16, hidden=48,
-                 n_experts=4, top_k=2, aux_weight=0.01):
+    def __init__(self, vocab=64, d=32, n_layers=2, n_heads=2, seq=16, hidden=32,
+                 n_experts=8, top_k=2, aux_weight=0.01):
         super().__init__()
         self.aux_weight = aux_weight
         self.tok = nn.Embedding(vocab, d)

@@ -145,3 +145,33 @@ func.func @f(%x: tensor<4xf32>) {
   // expected-error @+1 {{'latch.return' op first operand must be the loss, a rank-0 float tensor; got tensor<i64>}}
   "latch.return"(%l) : (tensor<i64>) -> ()
 }) {sym_name = "u"} : () -> ()
+
+// -----
+
+"latch.update"() ({
+^bb0(%x: tensor<4xf32>, %l: tensor<f32>):
+  // expected-error @+1 {{'latch.call' op '@u' does not name a func.func of the module}}
+  %r = "latch.call"(%x) {callee = @u} : (tensor<4xf32>) -> tensor<f32>
+  "latch.return"(%l) : (tensor<f32>) -> ()
+}) {sym_name = "u"} : () -> ()
+
+// -----
+
+"latch.update"() ({
+^bb0(%x: tensor<4xf32>, %l: tensor<f32>):
+  // expected-error @+1 {{'latch.call' op result types (tensor<f32>, tensor<4xf32>) differ from those of @f: (tensor<f32>)}}
+  %r:2 = "latch.call"(%x) {callee = @f} : (tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>)
+  "latch.return"(%l) : (tensor<f32>) -> ()
+}) {sym_name = "u"} : () -> ()
+func.func private @f(tensor<4xf32>) -> tensor<f32>
+
+// -----
+
+// States are checked before the ops that use them, wherever they are declared.
+"latch.update"() ({
+^bb0(%l: tensor<f32>):
+  %w = "latch.read"() {state = @w} : () -> tensor<4xf32>
+  "latch.return"(%l) : (tensor<f32>) -> ()
+}) {sym_name = "u"} : () -> ()
+// expected-error @+1 {{'latch.state' op requires attribute 'type'}}
+"latch.state"() {sym_name = "w", kind = "param"} : () -> ()

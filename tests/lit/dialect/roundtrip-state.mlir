@@ -47,3 +47,24 @@
   %b = "latch.read"() {state = @rt2_loss} : () -> tensor<bf16>
   "latch.return"(%b) : (tensor<bf16>) -> ()
 }) {sym_name = "rt2_train", note = "kept"} : () -> ()
+
+// -----
+
+// latch.call calls a func.func of the module from inside the update.
+// CHECK-LABEL: sym_name = "call_w"
+// CHECK: "latch.update"() ({
+// CHECK-NEXT: ^bb0(%[[X:.+]]: tensor<4xf32>):
+// CHECK-NEXT: %[[W:.+]] = "latch.read"() {state = @call_w}
+// CHECK-NEXT: %[[R:.+]]:2 = "latch.call"(%[[W]], %[[X]]) {callee = @loss_and_grads} : (tensor<4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>)
+// CHECK-NEXT: "latch.return"(%[[R]]#0)
+"latch.state"() {sym_name = "call_w", type = tensor<4xf32>, kind = "param"} : () -> ()
+"latch.update"() ({
+^bb0(%x: tensor<4xf32>):
+  %w = "latch.read"() {state = @call_w} : () -> tensor<4xf32>
+  %r:2 = "latch.call"(%w, %x) {callee = @loss_and_grads} : (tensor<4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>)
+  "latch.return"(%r#0) : (tensor<f32>) -> ()
+}) {sym_name = "call_train"} : () -> ()
+func.func @loss_and_grads(%w: tensor<4xf32>, %x: tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>) {
+  %l = arith.constant dense<0.0> : tensor<f32>
+  return %l, %w : tensor<f32>, tensor<4xf32>
+}

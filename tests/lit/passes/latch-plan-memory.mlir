@@ -1,5 +1,6 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory)' | FileCheck %s
 // RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory{alignment=8192})' | FileCheck %s --check-prefix=ALIGN
+// RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory{materialize=true}, buffer-deallocation-pipeline)' | FileCheck %s --check-prefix=ARENA
 // A chain exp -> sin -> cos -> add: three 4 KiB temporaries, never more than two live at
 // once, fit in an 8 KiB arena (the first and third share offset 0); the result escapes
 // through the return, so it is pinned and gets no arena slot.
@@ -12,6 +13,16 @@
 // CHECK: memref.alloc() {{{.*}}latch.pinned}
 // CHECK: return
 // ALIGN: latch.arena_bytes = 16384 : i64
+// With materialize=true the plan is carried out: one arena, views at the planned offsets,
+// one dealloc; the escaping result keeps its own allocation.
+// ARENA-LABEL: func.func @chain(
+// ARENA: %[[ARENA:.*]] = memref.alloc() {alignment = 256 : i64} : memref<8192xi8>
+// ARENA: %[[A:.*]] = memref.view %[[ARENA]][%{{.*}}][] : memref<8192xi8> to memref<1024xf32>
+// ARENA: %[[B:.*]] = memref.view %[[ARENA]][%{{.*}}][] : memref<8192xi8> to memref<1024xf32>
+// ARENA: outs(%[[A]] : memref<1024xf32>)
+// ARENA: %[[OUT:.*]] = memref.alloc() {{.*}}latch.pinned
+// ARENA: memref.dealloc %[[ARENA]] : memref<8192xi8>
+// ARENA-NEXT: return %[[OUT]]
 #id = affine_map<(d0) -> (d0)>
 func.func @chain(%a: tensor<1024xf32>) -> tensor<1024xf32> {
   %e = tensor.empty() : tensor<1024xf32>

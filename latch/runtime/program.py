@@ -1,0 +1,351 @@
+"""Run a cuda ``.latch`` artifact: one arena, the state, the launch list, one CUDA graph.
+
+    prog = CudaProgram.load("sgd_update.latch")        # device 0; loads the PTX modules
+    prog.load_state({"w": w0})                          # other states start at zero
+    loss = prog.step(x, y)                              # torch CUDA tensors in, tensors out
+    prog.state_dict()                                   # {name: torch.Tensor} (copies)
+
+Memory: one ``cuMemAlloc`` for the arena (the compiler's memory plan: temporaries at planned
+offsets, plus unshared slots for new state values), one per state buffer, per input staging
+buffer and per output buffer.  Inputs are copied into the staging buffers with one
+device-to-device copy each (skipped when the tensor already *is* the staging buffer:
+:meth:`CudaProgram.input_views` returns zero-copy torch views of them, so a producer can
+write the batch in place).  Then the launch list runs: the first step launches every kernel
+directly; the second records the same sequence (kernels + the state copies) into a CUDA graph
+with stream capture, and from then on each step is one ``cuGraphLaunch``.  Outputs are copied
+into fresh torch tensors.  Work runs on a stream of its own (taken from PyTorch's stream
+pool, so it is capturable and outlives the program) ordered after PyTorch's current stream,
+and PyTorch's current stream is ordered after it, so results can be used directly.
+
+Inputs are checked (count, type, device, dtype, shape) before anything is launched.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from latch.errors import LatchError
+from latch.runtime import driver as drv
+
+_TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+                 "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool"}
+_ARG_NP = {"i64": np.int64, "ptr": np.uint64, "i32": np.int32, "i16": np.int16,
+           "i8": np.int8, "i1": np.uint8, "f32": np.float32, "f64": np.float64,
+           "f16": np.float16}
+
+
+def torch_dtype(name: str):
+    import torch
+    return getattr(torch, _TORCH_DTYPES[name])
+
+
+class _Buffer:
+    """A device buffer + its tensor layout; ``view()`` is a zero-copy torch tensor of it."""
+
+    def __init__(self, alloc: drv.Allocation, spec: dict, label: str):
+        self.alloc, self.spec, self.label = alloc, spec, label
+
+    @property
+    def ptr(self) -> int:
+        return self.alloc.ptr
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.spec["bytes"])
+
+    def view(self):
+        """A torch tensor aliasing this buffer (keeps the buffer alive)."""
+        import torch
+
+        shape = tuple(self.spec["shape"])
+        if self.nbytes == 0:
+            return torch.empty(shape, dtype=torch_dtype(self.spec["dtype"]), device="cuda")
+        holder = _CudaArray(self.alloc, self.nbytes)
+        raw = torch.as_tensor(holder, device=f"cuda:{self.alloc.device.ordinal}")
+        return raw.view(torch_dtype(self.spec["dtype"])).reshape(shape)
+
+
+class _CudaArray:
+    """``__cuda_array_interface__`` over an allocation (as bytes); torch.as_tensor keeps a
+    reference to it, and it keeps the allocation alive."""
+
+    def __init__(self, alloc: drv.Allocation, nbytes: int):
+        self._alloc = alloc
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (alloc.ptr, False), "version": 2,
+                                         "strides": None}
+
+
+class _Launch:
+    """One kernel launch with its packed argument block (kept alive for graph replays)."""
+
+    def __init__(self, spec: dict, function, resolve):
+        self.spec = spec
+        self.function = function
+        self.what = f"{spec['module']}::{spec['kernel']}"
+        args = spec["args"]
+        self.storage = np.zeros(max(1, len(args)), dtype=np.uint64)
+        raw = self.storage.view(np.uint8)
+        for i, a in enumerate(args):
+            t = a["type"]
+            if t == "ptr":
+                value = np.array([resolve(a)], dtype=np.uint64)
+            elif t == "bf16":
+                f = np.array([a["const"]], dtype=np.float32).view(np.uint32)
+                value = (f >> 16).astype(np.uint16)
+            elif t in _ARG_NP:
+                value = np.array([a["const"]], dtype=_ARG_NP[t])
+            else:
+                raise LatchError(f"{self.what}: argument {i} has unsupported type {t!r}")
+            b = value.view(np.uint8)
+            raw[8 * i: 8 * i + b.size] = b
+        base = self.storage.ctypes.data
+        self.pointers = np.array([base + 8 * i for i in range(len(args))] or [0],
+                                 dtype=np.uint64)
+        self.grid, self.block = spec["grid"], spec["block"]
+        self.shared = int(spec.get("shared_bytes", 0))
+
+    def enqueue(self, stream: drv.Stream) -> None:
+        drv.launch(self.function, self.grid, self.block, self.shared, stream,
+                   self.pointers.ctypes.data, self.what)
+
+
+class CudaProgram:
+    """A loaded cuda artifact.  See the module docstring."""
+
+    def __init__(self, manifest: dict, files: dict[str, bytes], device: int = 0,
+                 use_graph: bool | None = None):
+        import torch
+
+        if manifest.get("kind") != "cuda-update":
+            raise LatchError(f"not a cuda program artifact (kind {manifest.get('kind')!r})")
+        self.manifest = manifest
+        self.states_spec = manifest["states"]
+        self.inputs_spec = manifest["inputs"]
+        self.outputs_spec = manifest["outputs"]
+        self.state_names = [s["name"] for s in self.states_spec]
+        if use_graph is None:
+            use_graph = os.environ.get("LATCH_CUDA_GRAPH", "1") != "0"
+        self.use_graph = use_graph
+        self.steps_run = 0
+        self.graph: drv.Graph | None = None
+        self.timings: dict[str, float] = {}
+
+        if not torch.cuda.is_available():
+            # torch decides whether tensors can live on the GPU; report the driver's view too
+            try:
+                drv.init()
+                extra = "the driver sees a GPU but this torch build has no CUDA support"
+            except drv.CudaUnavailableError as e:
+                extra = str(e).removeprefix("no CUDA GPU: ")
+            raise drv.CudaUnavailableError(f"no CUDA GPU: torch.cuda.is_available() is False; "
+                                           f"{extra}")
+        t0 = time.perf_counter()
+        torch.cuda.init()
+        self.device = drv.Device.get(device)
+        self.torch_device = torch.device("cuda", device)
+        chip = manifest.get("target", {}).get("chip", "")
+        if chip and _sm(chip) > _sm(self.device.chip):
+            raise LatchError(f"the artifact was compiled for {chip}; {self.device.name} is "
+                             f"{self.device.chip}")
+        self.modules = {}
+        for name, path in sorted(manifest["modules"].items()):
+            if path not in files:
+                raise LatchError(f"artifact has no {path} (kernel module {name})")
+            self.modules[name] = self.device.load_ptx(files[path], name)
+        self.timings["load_modules_s"] = time.perf_counter() - t0
+
+        dev = self.device
+        self.arena = dev.alloc(int(manifest["arena_bytes"]), "the arena")
+        self.state_buffers = [_Buffer(dev.alloc(s["bytes"], f"state '{s['name']}'"), s,
+                                      f"state '{s['name']}'") for s in self.states_spec]
+        self.input_buffers = [_Buffer(dev.alloc(s["bytes"], f"input {i}"), s, f"input {i}")
+                              for i, s in enumerate(self.inputs_spec)]
+        self.output_buffers = [_Buffer(dev.alloc(s["bytes"], f"output {i}"), s, f"output {i}")
+                               for i, s in enumerate(self.outputs_spec)]
+        # a stream from PyTorch's pool: capturable (not the legacy default stream), never
+        # destroyed, so tensors that record it stay valid after close()
+        self.torch_stream = torch.cuda.Stream(device=self.torch_device)
+        self.stream = drv.Stream(dev, handle=self.torch_stream.cuda_stream)
+
+        self.launches = []
+        for spec in manifest["launches"]:
+            module = self.modules.get(spec["module"])
+            if module is None:
+                raise LatchError(f"launch of unknown kernel module {spec['module']!r}")
+            fn = module.function(spec["kernel"])
+            shared = int(spec.get("shared_bytes", 0))
+            if shared > 48 * 1024:
+                d = drv.driver()
+                drv.call("cuFuncSetAttribute", fn,
+                         d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                         shared, what=spec["module"])
+            self.launches.append(_Launch(spec, fn, self._resolve))
+        self.copies = [(self._resolve(c["src"]), self._resolve(c["dst"]), int(c["bytes"]))
+                       for c in manifest.get("copies", [])]
+        for buf in self.state_buffers:
+            drv.memset_zero(buf.ptr, buf.nbytes, self.stream, buf.label)
+        self.stream.synchronize("state initialization")
+
+    # -- loading ----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path, device: int = 0, use_graph: bool | None = None) -> "CudaProgram":
+        from latch.artifact import read_artifact
+
+        manifest, files = read_artifact(path)
+        return cls(manifest, files, device=device, use_graph=use_graph)
+
+    # -- addresses ----------------------------------------------------------------------------
+    def _resolve(self, loc: dict) -> int:
+        off = int(loc.get("byte_offset", 0))
+        if "arena" in loc:
+            if int(loc["arena"]) >= max(1, self.arena.nbytes):
+                raise LatchError(f"arena offset {loc['arena']} outside the arena "
+                                 f"({self.arena.nbytes} bytes)")
+            return self.arena.ptr + int(loc["arena"]) + off
+        for key, bufs in (("state", self.state_buffers), ("input", self.input_buffers),
+                          ("output", self.output_buffers)):
+            if key in loc:
+                i = int(loc[key])
+                if not 0 <= i < len(bufs):
+                    raise LatchError(f"manifest refers to {key} {i}; there are {len(bufs)}")
+                return bufs[i].ptr + off
+        raise LatchError(f"manifest location {loc} names no buffer")
+
+    # -- state --------------------------------------------------------------------------------
+    def state_views(self) -> dict:
+        """{name: torch tensor aliasing the live state buffer} (changes with every step)."""
+        self.stream.synchronize("state_views")
+        return {b.spec["name"]: b.view() for b in self.state_buffers}
+
+    def state_dict(self) -> dict:
+        """{name: a copy of the state as a torch tensor on the program's GPU}."""
+        return {n: t.clone() for n, t in self.state_views().items()}
+
+    def load_state(self, values: dict, strict: bool = False) -> None:
+        """Copy tensors into the named states (others keep their values)."""
+        import torch
+
+        unknown = sorted(set(values) - set(self.state_names))
+        if unknown:
+            raise LatchError(f"unknown state names {unknown}; the program has "
+                             f"{self.state_names}")
+        if strict and set(values) != set(self.state_names):
+            raise LatchError(f"missing states {sorted(set(self.state_names) - set(values))}")
+        self.stream.synchronize("load_state")
+        views = {b.spec["name"]: b.view() for b in self.state_buffers}
+        for name, value in values.items():
+            view = views[name]
+            value = torch.as_tensor(value)
+            if tuple(value.shape) != tuple(view.shape):
+                raise LatchError(f"state '{name}': shape {tuple(value.shape)}, the program "
+                                 f"expects {tuple(view.shape)}")
+            view.copy_(value.to(device=view.device, dtype=view.dtype))
+        torch.cuda.synchronize(self.torch_device)
+
+    def input_views(self) -> list:
+        """Zero-copy torch views of the input staging buffers: write a batch into them and
+        pass them to :meth:`step` to skip the copy."""
+        return [b.view() for b in self.input_buffers]
+
+    # -- one step -----------------------------------------------------------------------------
+    def check_inputs(self, inputs) -> list:
+        import torch
+
+        if len(inputs) != len(self.inputs_spec):
+            raise LatchError(f"step() takes {len(self.inputs_spec)} inputs, got {len(inputs)}")
+        out = []
+        for i, (t, spec) in enumerate(zip(inputs, self.inputs_spec)):
+            if not isinstance(t, torch.Tensor):
+                raise LatchError(f"input {i}: expected a torch.Tensor, got {type(t).__name__}")
+            if t.device != self.torch_device:
+                raise LatchError(f"input {i}: on {t.device}, the program runs on "
+                                 f"{self.torch_device}")
+            want = torch_dtype(spec["dtype"])
+            if t.dtype != want:
+                raise LatchError(f"input {i}: dtype {t.dtype}, expected {want}")
+            if list(t.shape) != list(spec["shape"]):
+                raise LatchError(f"input {i}: shape {list(t.shape)}, expected {spec['shape']}")
+            out.append(t if t.is_contiguous() else t.contiguous())
+        return out
+
+    def _record(self) -> None:
+        """Enqueue the whole update (kernels, then the new state values) on the stream."""
+        for launch in self.launches:
+            launch.enqueue(self.stream)
+        for src, dst, n in self.copies:
+            drv.memcpy_dtod(dst, src, n, self.stream, "new state value")
+
+    def step(self, *inputs):
+        """One update.  Returns the outputs (a tensor, or a tuple if several)."""
+        import torch
+
+        tensors = self.check_inputs(inputs)
+        self.device.make_current()
+        current = torch.cuda.current_stream(self.torch_device)
+        self.torch_stream.wait_stream(current)
+        for t, buf in zip(tensors, self.input_buffers):
+            if t.data_ptr() != buf.ptr:
+                drv.memcpy_dtod(buf.ptr, t.data_ptr(), buf.nbytes, self.stream, buf.label)
+            t.record_stream(self.torch_stream)
+        if self.graph is not None:
+            self.graph.launch(self.stream)
+        elif self.steps_run == 0 or not self.use_graph:
+            self._record()
+        else:
+            t0 = time.perf_counter()
+            self.graph = drv.Graph.capture(self.stream, self._record)
+            self.timings["graph_capture_s"] = time.perf_counter() - t0
+            self.graph.launch(self.stream)
+        outs = []
+        for buf in self.output_buffers:   # allocated on the caller's stream, written on ours
+            o = torch.empty(tuple(buf.spec["shape"]), dtype=torch_dtype(buf.spec["dtype"]),
+                            device=self.torch_device)
+            o.record_stream(self.torch_stream)
+            drv.memcpy_dtod(o.data_ptr(), buf.ptr, buf.nbytes, self.stream, buf.label)
+            outs.append(o)
+        current.wait_stream(self.torch_stream)
+        self.steps_run += 1
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    __call__ = step
+
+    def synchronize(self) -> None:
+        self.stream.synchronize("synchronize")
+
+    @property
+    def graph_captured(self) -> bool:
+        return self.graph is not None
+
+    def describe(self) -> dict:
+        m = self.manifest
+        return {"device": self.device.name, "chip": self.device.chip,
+                "artifact_chip": m.get("target", {}).get("chip"),
+                "arena_bytes": m["arena_bytes"], "kernels": len(self.launches),
+                "modules": len(self.modules), "copies": len(self.copies),
+                "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
+                "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
+                "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
+                "use_graph": self.use_graph}
+
+    def close(self) -> None:
+        try:
+            self.synchronize()
+        finally:
+            if self.graph is not None:
+                self.graph.destroy()
+                self.graph = None
+            for m in self.modules.values():
+                m.unload()
+            self.modules = {}
+            for b in self.state_buffers + self.input_buffers + self.output_buffers:
+                b.alloc.free()
+            self.arena.free()
+            self.stream.destroy()
+
+
+def _sm(chip: str) -> int:
+    digits = "".join(c for c in chip if c.isdigit())
+    return int(digits) if digits else 0

@@ -1,0 +1,315 @@
+"""The launch schedule of an update function after ``latch-form-kernels`` (stage 'kernels' →
+'artifact').
+
+:func:`extract_launch_schedule` reads the host function — which after
+``latch-wrap-host-compute`` + ``latch-form-kernels`` holds only constants, allocations, views,
+``gpu.launch_func`` and the return — and turns it into plain data that the runtime executes
+without MLIR (the ``launches`` / ``copies`` / layout part of the artifact manifest).
+
+Where buffers live (a *location*, one JSON object):
+
+* ``{"state": i}``   the i-th persistent state buffer (function argument i < #states);
+* ``{"input": i}``   the i-th step input (the arguments after the states);
+* ``{"output": i}``  the i-th step output (a pinned allocation returned after the states);
+* ``{"arena": off}`` byte offset ``off`` in the one arena: planned temporaries
+  (``latch.offset``), plus one unshared slot, appended after the planned part, for every
+  other allocation (pinned buffers that hold a new state value or escape through a store).
+
+Kernel arguments, in order, use the bare-pointer calling convention
+(``kernel-bare-ptr-calling-convention``): a memref argument is one device pointer (a
+location, ``"type": "ptr"``); a scalar is ``{"const": value, "type": "i64"|"i32"|"f32"|...}``
+(``index`` is ``i64``).  New state values are copied into the state buffers after the last
+launch (``copies``: ``{"src": location, "dst": {"state": i}, "bytes": n}``), so kernels always
+read the old state and write the new one elsewhere; a step is replayable as one CUDA graph.
+
+Anything the schedule cannot express raises :class:`latch.errors.LatchError`: dynamic shapes,
+non-constant grid/block sizes or scalar arguments, host loops or any other host op, async
+launches.
+"""
+from __future__ import annotations
+
+from latch.errors import LatchError
+
+_VIEW_OPS = {"memref.cast", "memref.collapse_shape", "memref.expand_shape",
+             "memref.reinterpret_cast", "memref.view", "memref.subview"}
+_IGNORED = {"memref.dealloc", "arith.constant", "index.constant", "memref.alloc",
+            "memref.alloca", "func.return"}
+ALIGNMENT = 256
+
+
+def _op(o):
+    return o.operation if hasattr(o, "operation") else o
+
+
+def dtype_name(t) -> str:
+    s = str(t)
+    if s == "index":
+        return "i64"
+    if s in ("f16", "bf16", "f32", "f64", "i1", "i8", "i16", "i32", "i64"):
+        return s
+    raise LatchError(f"element type {s} is not supported by the cuda target")
+
+
+_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4,
+          "i64": 8}
+
+
+def dtype_bytes(name: str) -> int:
+    return _BYTES[name]
+
+
+def _memref_layout(t, what: str) -> dict:
+    from mlir import ir
+
+    mt = ir.MemRefType(t)
+    if not mt.has_static_shape:
+        raise LatchError(f"{what}: dynamic shape {t} cannot be scheduled (the cuda target "
+                         "needs static shapes)")
+    strides, offset = mt.get_strides_and_offset()
+    expect, acc = [], 1
+    for d in reversed(mt.shape):
+        expect.insert(0, acc)
+        acc *= d
+    if offset != 0 or any(s != e for s, e, d in zip(strides, expect, mt.shape) if d != 1):
+        raise LatchError(f"{what}: non-contiguous layout {t} is not supported")
+    dtype = dtype_name(mt.element_type)
+    n = 1
+    for d in mt.shape:
+        n *= d
+    return {"shape": list(mt.shape), "dtype": dtype, "bytes": n * dtype_bytes(dtype)}
+
+
+def _align(x: int, a: int = ALIGNMENT) -> int:
+    return (x + a - 1) // a * a
+
+
+def find_entry(module, entry: str | None = None):
+    funcs = [_op(o) for o in module.regions[0].blocks[0].operations
+             if _op(o).name == "func.func" and _op(o).regions[0].blocks]
+    if entry is not None:
+        for f in funcs:
+            if f.attributes["sym_name"].value == entry:
+                return f
+        raise LatchError(f"no function @{entry} in the module")
+    with_abi = [f for f in funcs if "latch.abi" in f.attributes]
+    if len(with_abi) == 1:
+        return with_abi[0]
+    if len(funcs) == 1:
+        return funcs[0]
+    raise LatchError("cannot tell the update function apart; pass entry=")
+
+
+def _abi(func_op, n_args: int, n_results: int) -> tuple[list[dict], int]:
+    """(states [{name, kind}], number of inputs)."""
+    from mlir import ir
+
+    if "latch.abi" not in func_op.attributes:
+        # a plain function: everything is an input, everything returned is an output
+        return [], n_args
+    abi = ir.DictAttr(func_op.attributes["latch.abi"])
+    states = []
+    for s in ir.ArrayAttr(abi["states"]):
+        d = ir.DictAttr(s)
+        states.append({"name": ir.StringAttr(d["name"]).value,
+                       "kind": ir.StringAttr(d["kind"]).value})
+    num_inputs = ir.IntegerAttr(abi["num_inputs"]).value
+    if len(states) + num_inputs != n_args:
+        raise LatchError(f"latch.abi says {len(states)} states + {num_inputs} inputs, the "
+                         f"function has {n_args} arguments")
+    return states, num_inputs
+
+
+def _const_value(op):
+    from mlir import ir
+
+    attr = op.attributes["value"]
+    t = str(op.results[0].type)
+    if isinstance(attr, ir.FloatAttr) or t.startswith(("f", "bf")):
+        return float(ir.FloatAttr(attr).value), dtype_name(op.results[0].type)
+    if t == "i1":
+        return int(ir.BoolAttr(attr).value) if isinstance(attr, ir.BoolAttr) else \
+            int(ir.IntegerAttr(attr).value) & 1, "i1"
+    return int(ir.IntegerAttr(attr).value), dtype_name(op.results[0].type)
+
+
+def extract_launch_schedule(module, entry: str | None = None) -> dict:
+    """The launch schedule of ``entry`` (default: the function with ``latch.abi``)."""
+    from mlir import ir
+
+    module = _op(module)
+    func_op = find_entry(module, entry)
+    name = func_op.attributes["sym_name"].value
+    block = func_op.regions[0].blocks[0]
+    if len(func_op.regions[0].blocks) != 1:
+        raise LatchError(f"@{name}: the host function has control flow (host loops or "
+                         "branches); the launch schedule cannot express it")
+    ftype = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+    args, results = list(ftype.inputs), list(ftype.results)
+    states, num_inputs = _abi(func_op, len(args), len(results))
+    S = len(states)
+
+    arg_layouts = []
+    for i, t in enumerate(args):
+        if not isinstance(t, ir.MemRefType):
+            raise LatchError(f"@{name}: argument {i} has type {t}; the cuda target passes "
+                             "every argument as a buffer")
+        arg_layouts.append(_memref_layout(t, f"@{name} argument {i}"))
+    for s, lay in zip(states, arg_layouts[:S]):
+        s.update(lay)
+    inputs = arg_layouts[S:]
+    outputs = []
+    for i, t in enumerate(results[S:]):
+        if not isinstance(t, ir.MemRefType):
+            raise LatchError(f"@{name}: result {S + i} has type {t}, not a buffer")
+        outputs.append(_memref_layout(t, f"@{name} result {S + i}"))
+
+    ops = [_op(o) for o in block.operations]
+    ret = ops[-1]
+    if ret.name != "func.return":
+        raise LatchError(f"@{name}: the body does not end in func.return")
+    returned = list(ret.operands)
+
+    # -- locations of buffers -------------------------------------------------------------
+    loc: dict = {}            # value (hashable by identity) -> location dict
+    planned = int(ir.IntegerAttr(func_op.attributes["latch.arena_bytes"]).value) \
+        if "latch.arena_bytes" in func_op.attributes else 0
+    extra = _align(planned)
+
+    def key(v):
+        return v   # mlir.ir.Value hashes by the underlying value
+
+    for i, a in enumerate(block.arguments):
+        loc[key(a)] = {"state": i} if i < S else {"input": i - S}
+
+    # returned pinned allocations that are outputs live in the output buffers
+    output_of: dict = {}
+    for p, v in enumerate(returned[S:]):
+        if _is_alloc(v) and key(v) not in output_of:
+            output_of[key(v)] = p
+
+    consts: dict = {}
+    launches = []
+    for op in ops[:-1]:
+        n = op.name
+        if n in ("arith.constant", "index.constant"):
+            consts[key(op.results[0])] = _const_value(op)
+        elif n in ("memref.alloc", "memref.alloca"):
+            v = op.results[0]
+            lay = _memref_layout(v.type, f"@{name}: {n}")
+            if key(v) in output_of:
+                loc[key(v)] = {"output": output_of[key(v)]}
+            elif "latch.offset" in op.attributes:
+                loc[key(v)] = {"arena": int(ir.IntegerAttr(op.attributes["latch.offset"]).value)}
+            else:
+                loc[key(v)] = {"arena": extra}
+                extra = _align(extra + lay["bytes"])
+        elif n in _VIEW_OPS:
+            src = op.operands[0]
+            if key(src) not in loc:
+                raise LatchError(f"@{name}: '{n}' of a buffer the schedule does not know")
+            base = dict(loc[key(src)])
+            shift = _view_shift(op, consts)
+            if shift:
+                base["byte_offset"] = base.get("byte_offset", 0) + shift
+                if "arena" in base:
+                    base["arena"] += base.pop("byte_offset")
+            loc[key(op.results[0])] = base
+        elif n == "memref.dealloc":
+            continue
+        elif n == "gpu.launch_func":
+            launches.append(_launch(op, consts, loc, name))
+        else:
+            raise LatchError(
+                f"@{name}: host op '{n}' cannot be part of a launch schedule (only constants, "
+                "allocations, views and gpu.launch_func may stay on the host; run "
+                "latch-wrap-host-compute before latch-form-kernels)")
+
+    # -- results: new state values are copied into the state buffers after the launches ----
+    copies = []
+    for p, v in enumerate(returned):
+        if key(v) not in loc:
+            raise LatchError(f"@{name}: result {p} is not a buffer the schedule knows")
+        src = loc[key(v)]
+        dst = {"state": p} if p < S else {"output": p - S}
+        if src == dst:
+            continue
+        nbytes = (states[p] if p < S else outputs[p - S])["bytes"]
+        copies.append({"src": src, "dst": dst, "bytes": nbytes})
+    dst_states = {c["dst"]["state"] for c in copies if "state" in c["dst"]}
+    for c in copies:
+        if "state" in c["src"] and c["src"]["state"] in dst_states:
+            raise LatchError(f"@{name}: a new state value is another state's old buffer "
+                             "(a permutation of states); not supported by the cuda target")
+
+    return {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
+            "alignment": ALIGNMENT,
+            "states": states, "inputs": inputs, "outputs": outputs,
+            "launches": launches, "copies": copies}
+
+
+def _is_alloc(v) -> bool:
+    owner = v.owner
+    return not hasattr(owner, "arguments") and _op(owner).name in ("memref.alloc",
+                                                                  "memref.alloca")
+
+
+def _view_shift(op, consts) -> int:
+    """Byte offset a view adds to its source (0 for casts and reshapes)."""
+    from mlir import ir
+
+    n = op.name
+    if n in ("memref.cast", "memref.collapse_shape", "memref.expand_shape"):
+        return 0
+    if n == "memref.view":
+        shift = op.operands[1]
+        if shift not in consts:
+            raise LatchError("memref.view with a non-constant byte shift")
+        return int(consts[shift][0])
+    t = ir.MemRefType(op.results[0].type)
+    strides, offset = t.get_strides_and_offset()
+    if offset < 0 or offset > (1 << 62):
+        raise LatchError(f"'{n}' with a dynamic offset cannot be scheduled")
+    src = ir.MemRefType(op.operands[0].type)
+    _, src_offset = src.get_strides_and_offset()
+    return (offset - src_offset) * dtype_bytes(dtype_name(t.element_type))
+
+
+def _launch(op, consts, loc, fname) -> dict:
+    from mlir import ir
+
+    view = op.opview
+    if len(view.asyncDependencies) or view.asyncToken is not None:
+        raise LatchError(f"@{fname}: async gpu.launch_func is not supported by the schedule")
+
+    def const_int(v, what):
+        if v not in consts:
+            raise LatchError(f"@{fname}: the {what} of a launch is not a constant")
+        return int(consts[v][0])
+
+    grid = [const_int(v, "grid size") for v in (view.gridSizeX, view.gridSizeY, view.gridSizeZ)]
+    block = [const_int(v, "block size")
+             for v in (view.blockSizeX, view.blockSizeY, view.blockSizeZ)]
+    for c in (view.clusterSizeX, view.clusterSizeY, view.clusterSizeZ):
+        if c is not None:
+            raise LatchError(f"@{fname}: thread-block clusters are not supported yet")
+    shared = view.dynamicSharedMemorySize
+    shared_bytes = const_int(shared, "dynamic shared memory size") if shared is not None else 0
+    kernel = ir.SymbolRefAttr(op.attributes["kernel"])
+    mod, fn = kernel.value[0], kernel.value[-1]
+    args = []
+    for i, v in enumerate(view.kernelOperands):
+        if isinstance(v.type, ir.MemRefType):
+            if v not in loc:
+                raise LatchError(f"@{fname}: argument {i} of kernel {mod}::{fn} is a buffer "
+                                 "the schedule does not know")
+            a = dict(loc[v])
+            a["type"] = "ptr"
+            args.append(a)
+        elif v in consts:
+            value, t = consts[v]
+            args.append({"const": value, "type": t})
+        else:
+            raise LatchError(f"@{fname}: argument {i} ({v.type}) of kernel {mod}::{fn} is "
+                             "computed on the host at run time; the schedule needs constants")
+    return {"module": mod, "kernel": fn, "grid": grid, "block": block,
+            "shared_bytes": shared_bytes, "args": args}

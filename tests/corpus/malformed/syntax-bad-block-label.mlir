@@ -1,0 +1,6 @@
+// CASE: syntax: a block label without a name, and arguments without types
+// EXPECT: error
+"latch.update"() ({
+^(%l):
+  "latch.return"(%l) : (tensor<f32>) -> ()
+}) {sym_name = "u"} : () -> ()

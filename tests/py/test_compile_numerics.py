@@ -1,0 +1,79 @@
+"""latch.compile() on the CPU target against PyTorch in float64: loss, every parameter and
+every optimizer moment over several updates, for every rule on all three models.
+
+The limit is a relative L2 of 1e-5 per tensor.  A few tensors are ill-conditioned in any
+float32 program: AdamW divides by sqrt(v) + eps, so a parameter whose exact gradient is
+zero or tiny (the key part of a qkv bias: softmax ignores it) moves by float32 rounding
+noise amplified to a full step.  For those tensors, and only when eager PyTorch in float32
+itself exceeds the limit on the same run, Latch must be within 3x of PyTorch float32's own
+error.  The test reports every tensor that needed that allowance.
+"""
+import numpy as np
+import pytest
+import torch
+
+import latch
+from models import make_char_lm, make_mlp, make_tiny_moe
+from reference import CONFIGS, latch_rule, rel_l2, train_fp64, train_torch
+
+STEPS = 6
+LIMIT = 1e-5
+MODELS = {
+    # model factory, the parameters that step every 2nd microbatch in partition_every
+    "mlp": (make_mlp, "fc2.*"),
+    "char_lm": (make_char_lm, "blocks.*.fc*"),
+    "tiny_moe": (make_tiny_moe, "*.moe.w*"),
+}
+
+
+def _batches(make, steps):
+    out = []
+    for s in range(steps):
+        _, inputs = make(seed=0) if s == 0 else (None, _fresh_inputs(make, s))
+        out.append(inputs)
+    return out
+
+
+def _fresh_inputs(make, seed):
+    _, inputs = make(seed=1000 + seed)
+    return inputs
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_training_matches_fp64(model_name, config):
+    make, pattern = MODELS[model_name]
+    model, example = make(seed=0)
+    batches = [example] + [_fresh_inputs(make, s) for s in range(1, STEPS)]
+    prog = latch.compile(model, latch_rule(config, pattern), example)
+    state = prog.init(model)
+    losses = [prog.step(state, *b) for b in batches]
+    ref_losses, ref_params, ref_states = train_fp64(model, config, batches, pattern)
+    t32_losses, t32_params, t32_states = train_torch(model, config, batches, pattern,
+                                                     torch.float32)
+
+    latch_err, torch_err = {}, {}
+    for i, (a, b, c) in enumerate(zip(losses, ref_losses, t32_losses)):
+        latch_err[f"loss[{i}]"] = abs(a - b) / abs(b)
+        torch_err[f"loss[{i}]"] = abs(c - b) / abs(b)
+    got_params, got_states = state.parameters(), state.tensors()
+    for name, ref in {**ref_params, **ref_states}.items():
+        assert name in got_states, f"Latch state has no {name}"
+        latch_err[name] = rel_l2(got_states[name].numpy(), ref)
+        torch_err[name] = rel_l2((t32_params | t32_states)[name], ref)
+    assert state.step == STEPS
+    bad, allowed = {}, {}
+    for name, err in latch_err.items():
+        if err <= LIMIT:
+            continue
+        if torch_err[name] > LIMIT and err <= 3 * torch_err[name]:
+            allowed[name] = (err, torch_err[name])
+        else:
+            bad[name] = (err, torch_err[name])
+    assert not bad, f"(latch, torch fp32) relative L2 above {LIMIT}: {bad}"
+    if allowed:
+        print(f"ill-conditioned in float32 (latch, torch fp32): {allowed}")
+    # the comparison is not vacuous: parameters moved
+    moved = max(rel_l2(got_params[n].numpy(), p.detach().double().numpy())
+                for n, p in model.named_parameters())
+    assert moved > 1e-4

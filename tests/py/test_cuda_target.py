@@ -1,0 +1,313 @@
+"""The cuda target: host-compute wrapping, the launch schedule, the artifact and the runtime.
+
+Everything here but the last tests runs on the CPU (compilation only); the runtime tests skip
+cleanly when there is no CUDA GPU (``pytest.skip("no CUDA GPU: ...")``).  The GPU numerics
+check is bench/gpu_smoke.py, run on the GPU machine with the runtime only.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SGD = os.path.join(ROOT, "examples", "mlir", "sgd_update.mlir")
+
+_HOST_OK = {"arith.constant", "memref.alloc", "memref.dealloc", "gpu.launch_func",
+            "func.return", "memref.cast", "memref.view", "memref.subview",
+            "memref.collapse_shape", "memref.expand_shape", "memref.reinterpret_cast"}
+
+
+def _sgd_text() -> str:
+    with open(SGD) as f:
+        return f.read()
+
+
+def _kernels_module(text: str, ctx):
+    """(module after latch-form-kernels, schedule, ptx)."""
+    from mlir import ir
+
+    from latch.targets.cuda import compile_update_module
+
+    module = ir.Module.parse(text, context=ctx)
+    schedule, ptx, _ = compile_update_module(module)
+    return module, schedule, ptx
+
+
+@pytest.fixture(scope="module")
+def sgd_compiled():
+    from mlir import ir
+
+    import latch.dialect
+
+    with ir.Context() as ctx, ir.Location.unknown():
+        latch.dialect.load(ctx)
+        module, schedule, ptx = _kernels_module(_sgd_text(), ctx)
+        host_ops = [op.operation.name for op in _entry(module).regions[0].blocks[0].operations]
+        yield host_ops, schedule, ptx
+
+
+def _entry(module):
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            return op.operation
+    raise AssertionError("no func.func")
+
+
+def test_host_function_holds_only_launches_after_form_kernels(sgd_compiled):
+    host_ops, schedule, _ = sgd_compiled
+    assert set(host_ops) <= _HOST_OK, sorted(set(host_ops) - _HOST_OK)
+    assert host_ops.count("gpu.launch_func") == len(schedule["launches"]) == 11
+
+
+def test_schedule_of_sgd_update(sgd_compiled):
+    _, s, ptx = sgd_compiled
+    assert s["entry"] == "update"
+    assert [(st["name"], st["shape"], st["dtype"]) for st in s["states"]] == [
+        ("w", [64, 16], "f32"), ("step", [], "i64"), ("w.momentum", [64, 16], "f32")]
+    assert [(i["shape"], i["dtype"]) for i in s["inputs"]] == [([256, 64], "f32"),
+                                                               ([256, 16], "f32")]
+    assert [(o["shape"], o["dtype"], o["bytes"]) for o in s["outputs"]] == [([], "f32", 4)]
+    assert s["arena_bytes"] >= s["planned_arena_bytes"] > 0
+    assert s["arena_bytes"] % s["alignment"] == 0
+    # the first kernel fills the residual buffer: (index consts..., 0.0 : f32, arena slot 0)
+    first = s["launches"][0]
+    assert first["grid"] == [8, 2, 1] and first["block"] == [32, 8, 1]
+    assert first["shared_bytes"] == 0
+    assert first["args"][-2:] == [{"const": 0.0, "type": "f32"}, {"arena": 0, "type": "ptr"}]
+    # the loss is written straight into output 0; the forward reads input 0 and state 0
+    used = [a for launch in s["launches"] for a in launch["args"]]
+    assert {"output": 0, "type": "ptr"} in used
+    assert {"input": 0, "type": "ptr"} in used and {"state": 0, "type": "ptr"} in used
+    for a in used:
+        assert set(a) in ({"const", "type"}, {"arena", "type"}, {"state", "type"},
+                          {"input", "type"}, {"output", "type"}), a
+        if "arena" in a:
+            assert 0 <= a["arena"] < s["arena_bytes"]
+    # new state values land in the arena and are copied into the state buffers at the end
+    assert [c["dst"] for c in s["copies"]] == [{"state": 0}, {"state": 1}, {"state": 2}]
+    assert [c["bytes"] for c in s["copies"]] == [4096, 8, 4096]
+    assert all("arena" in c["src"] for c in s["copies"])
+    # the two full reductions (loss, gradient norm) run as one block of 256 threads; the
+    # rest of the host compute (zero fills, the clip factor, the schedule, step + 1) runs
+    # in one-thread kernels
+    single = [launch for launch in s["launches"] if launch["grid"] == [1, 1, 1]]
+    assert [launch["block"] for launch in single] == [[32, 1, 1], [256, 1, 1], [256, 1, 1],
+                                                      [32, 1, 1], [32, 1, 1]]
+
+
+def test_ptx_parameters_match_schedule_arguments(sgd_compiled):
+    """Bare-pointer ABI: one .param per schedule argument, pointers as .u64."""
+    _, s, ptx = sgd_compiled
+    for launch in s["launches"]:
+        text = ptx[launch["module"]]
+        assert ".target sm_90" in text
+        m = re.search(r"\.entry\s+" + re.escape(launch["kernel"]) + r"\((.*?)\)", text, re.S)
+        assert m, launch["module"]
+        params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+        assert len(params) == len(launch["args"]), (launch["module"], params)
+        for p, a in zip(params, launch["args"]):
+            want = {"ptr": ".u64", "i64": ".u64", "f32": ".f32", "f64": ".f64"}[a["type"]]
+            if a["type"] == "ptr":
+                assert ".ptr" in p, p
+            assert p.startswith(".param " + want), (p, a)
+
+
+def test_artifact_is_deterministic_and_has_the_manifest(tmp_path):
+    from latch.artifact import read_artifact
+    from latch.targets.cuda import compile_update_to_artifact
+
+    a, b = tmp_path / "a.latch", tmp_path / "b.latch"
+    compile_update_to_artifact(_sgd_text(), a)
+    compile_update_to_artifact(_sgd_text(), b)
+    assert a.read_bytes() == b.read_bytes()
+
+    manifest, files = read_artifact(a)
+    for key in ("kind", "target", "entry", "arena_bytes", "states", "inputs", "outputs",
+                "modules", "launches", "copies", "abi", "build", "ir_sha256"):
+        assert key in manifest, key
+    assert manifest["kind"] == "cuda-update"
+    assert manifest["target"] == {"name": "cuda", "chip": "sm_90", "features": "+ptx80"}
+    assert manifest["abi"]["kernel_args"] == "bare-ptr"
+    assert sorted(files) == sorted(manifest["modules"].values())
+    assert {launch["module"] for launch in manifest["launches"]} == set(manifest["modules"])
+    assert re.fullmatch(r"[0-9a-f]{64}", manifest["ir_sha256"]["kernels"])
+    with zipfile.ZipFile(a) as z:
+        assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in z.infolist())
+    # a different chip changes the PTX and so the bytes
+    c = tmp_path / "c.latch"
+    compile_update_to_artifact(_sgd_text(), c, chip="sm_90a")
+    assert c.read_bytes() != a.read_bytes()
+
+
+def test_spec_mismatch_is_rejected():
+    from latch.errors import LatchError
+    from latch.targets.cuda import compile_update_to_artifact
+
+    with pytest.raises(LatchError, match="input 0: expected"):
+        compile_update_to_artifact(_sgd_text(), None,
+                                   input_specs=[([128, 64], "f32"), ([256, 16], "f32")])
+
+
+_HOST_LOOP = """
+#id = affine_map<(d0) -> (d0)>
+func.func @f(%a: memref<8xf32>) -> memref<8xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %b = memref.alloc() {latch.pinned} : memref<8xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+        ins(%a : memref<8xf32>) outs(%b : memref<8xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %s = arith.addf %x, %o : f32
+      linalg.yield %s : f32
+    }
+  }
+  return %b : memref<8xf32>
+}
+"""
+
+_DYNAMIC = """
+func.func @f(%a: memref<?xf32>) -> memref<?xf32> {
+  return %a : memref<?xf32>
+}
+"""
+
+
+def test_host_loop_around_kernels_is_a_clear_error():
+    from latch.errors import LatchError
+    from latch.targets.cuda import compile_update_to_artifact
+
+    with pytest.raises(LatchError) as e:
+        compile_update_to_artifact(_HOST_LOOP, None)
+    assert "scf.for" in str(e.value) and "parallel work" in str(e.value)
+
+
+def test_dynamic_shapes_are_a_clear_error():
+    from latch.errors import LatchError
+    from latch.targets.cuda import compile_update_to_artifact
+
+    with pytest.raises(LatchError, match="dynamic shape"):
+        compile_update_to_artifact(_DYNAMIC, None)
+
+
+_HYGIENE = r"""
+import sys
+for name in ("mlir", "torch_mlir", "latch.dialect", "latch.passes", "latch.targets",
+             "latch.frontend", "latch.compiler"):
+    sys.modules[name] = None          # importing any of these now raises ImportError
+import latch.runtime
+from latch.runtime import CudaProgram, CudaError, CudaUnavailableError
+import latch.runtime.driver, latch.runtime.program
+bad = sorted(m for m in sys.modules if sys.modules[m] is not None and
+             (m == "mlir" or m.startswith(("mlir.", "torch_mlir", "latch.dialect",
+                                           "latch.passes"))))
+assert not bad, bad
+print("ok")
+"""
+
+
+def test_runtime_imports_without_mlir_or_the_compiler():
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", _HYGIENE], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def _load_or_skip(path, **kw):
+    from latch.runtime import CudaProgram, CudaUnavailableError
+
+    try:
+        return CudaProgram.load(path, **kw)
+    except CudaUnavailableError as e:
+        msg = str(e)
+        pytest.skip(msg if msg.startswith("no CUDA GPU") else f"no CUDA GPU: {msg}")
+
+
+def test_runtime_runs_the_artifact_or_skips(tmp_path):
+    """On a GPU machine: three steps match the float64 reference; elsewhere: a clean skip."""
+    import torch
+
+    from latch.errors import LatchError
+
+    path = tmp_path / "sgd.latch"
+    try:
+        from latch.targets.cuda import compile_update_to_artifact
+        compile_update_to_artifact(_sgd_text(), path)
+    except ImportError:
+        pytest.skip("no MLIR here to build the artifact")
+    prog = _load_or_skip(path)
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        from gpu_smoke import reference_steps
+    finally:
+        sys.path.pop(0)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(256, 64, generator=g), torch.randn(256, 16, generator=g)
+    w0 = 0.1 * torch.randn(64, 16, generator=g)
+    prog.load_state({"w": w0})
+    losses = [float(prog.step(x.cuda(), y.cuda())) for _ in range(3)]
+    ref, w, _, _ = reference_steps(x, y, w0, 3)
+    assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(losses, ref))
+    assert prog.graph_captured
+    got = prog.state_dict()["w"].double().cpu()
+    assert float((got - w).norm() / w.norm()) < 1e-5
+    with pytest.raises(LatchError, match="shape"):
+        prog.step(x[:-1].cuda(), y.cuda())
+    prog.close()
+
+
+def test_missing_cuda_bindings_or_gpu_is_a_latch_error():
+    """Whatever this machine has, asking for the GPU either works or raises the
+    CudaUnavailableError that callers (and the test above) turn into a skip."""
+    from latch.runtime import driver as drv
+
+    try:
+        drv.init()
+    except drv.CudaUnavailableError as e:
+        assert str(e).startswith("no CUDA GPU")
+    else:
+        assert drv.driver_version()
+
+
+def test_manifest_is_plain_json(tmp_path):
+    from latch.targets.cuda import compile_update_to_artifact
+
+    m = compile_update_to_artifact(_sgd_text(), None)
+    assert json.loads(json.dumps(m)) == m
+
+
+def test_full_reductions_become_block_reductions(sgd_compiled):
+    _, s, ptx = sgd_compiled
+    blocks = [launch for launch in s["launches"] if launch["block"] == [256, 1, 1]]
+    assert len(blocks) == 2
+    for launch in blocks:
+        text = ptx[launch["module"]]
+        assert "shfl.sync.bfly" in text and ".shared" in text
+
+
+def test_wrap_pass_without_block_reductions_is_all_serial():
+    """reduce-threads=0 keeps the plain wrapping: every full reduction in a one-thread kernel."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.passes.extract_launches import extract_launch_schedule
+    from latch.pipeline import run_pipeline
+    from latch.targets.cuda import _register_passes
+
+    _register_passes()
+    with ir.Context() as ctx, ir.Location.unknown():
+        latch.dialect.load(ctx)
+        m = ir.Module.parse(_sgd_text())
+        run_pipeline(m, "builtin.module(latch-lower-rules, latch-bufferize, "
+                        "latch-wrap-host-compute{reduce-threads=0}, latch-form-kernels)")
+        s = extract_launch_schedule(m.operation)
+    assert len(s["launches"]) == 9
+    assert sum(launch["block"] == [32, 1, 1] for launch in s["launches"]) == 3
