@@ -22,6 +22,9 @@ def load(path):
     """Load a program saved with ``prog.save(path)``."""
     from latch.artifact import read_artifact
     manifest, files = read_artifact(path)
+    if manifest.get("kind") == "cuda-update":   # runtime only: no MLIR needed
+        from latch.runtime.program import CudaProgram
+        return CudaProgram(manifest, files)
     if manifest.get("kind") == "update":
         from latch.program import Program
         return Program(manifest, files["program.mlir"].decode())

@@ -39,6 +39,9 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
     from latch.optim.emit import build_update_module
     from latch.stages import dump_dir, op_counts, run_stages
 
+    if options.target == "cuda":   # same front half, then the cuda stages (targets/cuda.py)
+        from latch.targets.cuda import compile_program
+        return compile_program(model, rule, inputs, options)
     timer = _Timer()
     with timer("trace"):
         traced = trace_loss_and_grads(model, inputs, precision=options.precision)
@@ -79,7 +82,7 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
     }
     t0 = time.perf_counter()
     program = Program(manifest, lowered)
-    timer.times["llvm+jit"] = time.perf_counter() - t0
+    timer.times["buffers+llvm+jit"] = time.perf_counter() - t0
     manifest["compile_seconds"] = {k: round(v, 4) for k, v in timer.times.items()}
     return program
 
@@ -136,6 +139,7 @@ class Program:
                              "process; only 'cpu' programs run through the JIT")
         self._exe = CpuExecutable(module_text, manifest["entry"],
                                   opt_level=manifest["options"]["opt_level"])
+        manifest["memory"] = self._exe.memory_plan
 
     # -- state ---------------------------------------------------------------------------
     def init(self, model) -> TrainingState:
@@ -206,6 +210,8 @@ class Program:
             lines.append(f"memory plan: arena {mem['arena_bytes']:,} B for "
                          f"{mem['buffer_bytes']:,} B of temporaries "
                          f"({mem['buffer_bytes'] / max(mem['arena_bytes'], 1):.2f}x reuse)")
+        else:
+            lines.append("memory plan: no temporaries")
         ops = m["ops"]["before_lowering"]
         lines.append("ops before lowering: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
         return "\n".join(lines)

@@ -15,6 +15,8 @@ PASSES: dict[str, str] = {
     "latch-lower-control": "lower_control:LowerControl",
     "latch-lower-optimizers": "lower_optimizers:LowerOptimizers",
     "latch-plan-memory": "plan_memory:PlanMemory",
+    "latch-wrap-host-compute": "wrap_host_compute:WrapHostCompute",
+    "latch-widen-i1-memrefs": "widen_i1_memrefs:WidenI1Memrefs",
 }
 
 

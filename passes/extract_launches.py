@@ -189,6 +189,7 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
 
     consts: dict = {}
     launches = []
+    arena_seen = False
     for op in ops[:-1]:
         n = op.name
         if n in ("arith.constant", "index.constant"):
@@ -200,6 +201,11 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
                 loc[key(v)] = {"output": output_of[key(v)]}
             elif "latch.offset" in op.attributes:
                 loc[key(v)] = {"arena": int(ir.IntegerAttr(op.attributes["latch.offset"]).value)}
+            elif not arena_seen and _is_materialized_arena(v, planned):
+                # latch-plan-memory{materialize=true}: the planned buffers are memref.view
+                # slices of this one allocation, which is the arena itself
+                arena_seen = True
+                loc[key(v)] = {"arena": 0}
             else:
                 loc[key(v)] = {"arena": extra}
                 extra = _align(extra + lay["bytes"])
@@ -245,6 +251,15 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
             "alignment": ALIGNMENT,
             "states": states, "inputs": inputs, "outputs": outputs,
             "launches": launches, "copies": copies}
+
+
+def _is_materialized_arena(v, planned: int) -> bool:
+    from mlir import ir
+
+    t = ir.MemRefType(v.type)
+    if t.rank != 1 or str(t.element_type) != "i8" or t.shape[0] != max(planned, 1):
+        return False
+    return all(_op(u.owner).name in ("memref.view", "memref.dealloc") for u in v.uses)
 
 
 def _is_alloc(v) -> bool:

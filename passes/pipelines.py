@@ -35,7 +35,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "stage 'latch': verify, then lower state, schedules, control and optimizer ops to "
         "tensor code (func/linalg/scf/arith)",
         ("latch-verify", "latch-lower-state", "latch-lower-schedules", "latch-lower-control",
-         "latch-lower-optimizers", "canonicalize", "cse"),
+         "latch-lower-optimizers", "inline", "canonicalize", "cse"),
     ),
     NamedPipeline(
         "latch-bufferize",
@@ -50,9 +50,10 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     ),
     NamedPipeline(
         "latch-form-kernels",
-        "stage 'kernels': parallel loops of each linalg op -> outlined gpu.func kernels "
-        "with a host launch schedule",
-        ("func.func(convert-linalg-to-parallel-loops)",
+        "stage 'kernels': host code that touches buffers is wrapped for the device, the "
+        "parallel loops of each linalg op become outlined gpu.func kernels, and the host "
+        "keeps only the launch schedule",
+        ("latch-wrap-host-compute", "func.func(convert-linalg-to-parallel-loops)",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
          "func.func(gpu-map-parallel-loops)", "func.func(convert-parallel-loops-to-gpu)",
          "gpu-kernel-outlining", "lower-affine", "convert-scf-to-cf", "canonicalize"),
@@ -60,11 +61,40 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     ),
     NamedPipeline(
         "latch-kernels-to-ptx",
-        "stage 'nvvm -> ptx': lower kernels through NVVM and serialize them to PTX in a "
-        "gpu.binary (format isa)",
+        "stage 'nvvm -> ptx': lower kernels through NVVM (bare-pointer memref arguments) "
+        "and serialize them to PTX in a gpu.binary (format isa)",
         ("gpu-lower-to-nvvm-pipeline{{cubin-chip={chip} cubin-features={features} "
-         "cubin-format=isa}}",),
+         "cubin-format=isa kernel-bare-ptr-calling-convention=true}}",),
         _GPU_DEFAULTS,
+    ),
+    NamedPipeline(
+        "latch-bufferize-host",
+        "stage 'buffers' for the cpu target: bufferize, turn results into caller-owned "
+        "out-parameters (pinned state), carry out the memory plan (one arena, views at the "
+        "planned offsets), free the arena on return, lower linalg to loops",
+        ("func.func(linalg-fuse-elementwise-ops)",
+         "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
+         "one-shot-bufferize{{bufferize-function-boundaries=true "
+         "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
+         "buffer-results-to-out-params{{hoist-static-allocs=true modify-public-functions=true}}",
+         "canonicalize", "latch-plan-memory{{materialize=true alignment=64}}",
+         "buffer-deallocation-pipeline", "convert-bufferization-to-memref",
+         "func.func(convert-linalg-to-loops)", "expand-strided-metadata", "lower-affine",
+         "convert-scf-to-cf"),
+    ),
+    NamedPipeline(
+        "latch-loops-to-llvm",
+        "stage 'llvm' for the cpu target: loops on memrefs -> LLVM dialect (booleans stored "
+        "as bytes)",
+        ("latch-widen-i1-memrefs", "convert-math-to-llvm", "convert-math-to-libm",
+         "finalize-memref-to-llvm", "convert-func-to-llvm", "convert-cf-to-llvm",
+         "convert-arith-to-llvm", "convert-index-to-llvm", "reconcile-unrealized-casts"),
+    ),
+    NamedPipeline(
+        "latch-to-llvm",
+        "a Latch program or linalg on tensors all the way to the LLVM dialect for the "
+        "cpu target's JIT",
+        ("latch-lower-rules", "latch-bufferize-host", "latch-loops-to-llvm"),
     ),
     NamedPipeline(
         "latch-to-ptx",

@@ -2,9 +2,9 @@
 
 Each statically shaped ``memref.alloc`` in a function's body gets an offset in one arena.
 A buffer is live from its allocation to the last top-level op that uses it or any view of
-it (subview, cast, reshape ...); buffers that escape (returned, stored, captured by an op
-that is not a known reader/writer) are pinned: they get no arena slot and keep their own
-allocation.  Offsets are assigned greedily, largest buffer first, at the lowest offset that
+it (subview, cast, reshape ...); buffers that escape (returned, stored, yielded out of a
+region, passed to an op whose memref results may alias it) are pinned: they get no arena
+slot and keep their own allocation.  Offsets are assigned greedily, largest buffer first, at the lowest offset that
 does not overlap a buffer whose live range intersects (the arena planner of TFLite and
 XLA's heap simulator work alike).
 
@@ -30,8 +30,13 @@ from latch.passes.base import ModulePass
 _VIEW_OPS = {"memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
              "memref.reinterpret_cast", "memref.view", "memref.reshape", "memref.transpose",
              "memref.extract_strided_metadata"}
+_YIELDS = {"scf.yield", "scf.condition", "scf.reduce.return", "bufferization.dealloc"}
 _ESCAPES = {"func.return", "memref.store", "func.call", "memref.dealloc_helper",
             "bufferization.to_tensor"}
+
+
+def _is_memref(t) -> bool:
+    return str(t).startswith("memref<")
 
 
 def _element_bytes(t) -> int:
@@ -91,10 +96,12 @@ def _live_range(alloc, index, body_ops_index, func_op):
             owner = use.owner
             owner_op = owner.operation if hasattr(owner, "operation") else owner
             name = owner_op.name
-            if name in _ESCAPES:
-                escapes = True
+            if name in _ESCAPES or name in _YIELDS:
+                escapes = True      # the value flows on through a region result: pinned
             if name in _VIEW_OPS:
                 work.extend(owner_op.results)
+            elif any(_is_memref(r.type) for r in owner_op.results):
+                escapes = True      # e.g. scf.for/scf.if results that may alias it
             pos = _top_level_index(owner_op, body_ops_index, func_op)
             if pos is None:
                 escapes = True

@@ -114,7 +114,12 @@ class WrapHostCompute(ModulePass):
     def apply(self, module) -> None:
         for func_op in _functions(module):
             body = func_op.regions[0].blocks[0]
+            _splat_globals_to_fills(module, body)
+            _if_convert(body)
+            _fold_scalar_constants(body)
+            _widen_i1_buffers(func_op)
             _rewrite_copies(body)
+            _reductions_innermost(body)
             if self.reduce_threads > 0:
                 _parallel_full_reductions(body, self.reduce_threads)
             _wrap(body)
@@ -142,6 +147,465 @@ def _rewrite_copies(body) -> None:
         op.erase()
 
 
+def _if_convert(body) -> None:
+    """``scf.if`` around parallel work (``latch.every``: the optimizer of a group runs every
+    N-th microbatch) → straight-line code: the condition is stored to a 0-d i8 flag buffer,
+    the ops of both branches are hoisted in front (pure ops and allocations as they are;
+    writes to buffers allocated inside the branch too, since nothing else reads them;
+    other writes are predicated on the flag), and each memref result becomes a fresh buffer
+    filled by ``flag ? then-value : else-value`` (a parallel select copy).  The launch
+    schedule stays one straight sequence of kernels that a CUDA graph replays; the skipped
+    branch's kernels run but change nothing.  (A CUDA conditional graph node would skip
+    them; not done yet.)"""
+    from mlir import ir
+
+    for op in list(body.operations):
+        op = _op(op)
+        if op.name == "scf.if" and _contains_parallel(op) is not None:
+            _if_convert_one(op)
+        elif op.name == "arith.select" and isinstance(op.results[0].type, ir.MemRefType):
+            # canonicalize folds an scf.if that only picks a buffer into a select
+            with ir.InsertionPoint(op), op.location:
+                flag = _store_flag(op.operands[0])
+                new = ir.Operation.create(
+                    "memref.alloc", [op.results[0].type], operands=[],
+                    attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}
+                ).result
+                _select_copy(flag, op.operands[1], op.operands[2], new)
+            op.results[0].replace_all_uses_with(new)
+            op.erase()
+
+
+def _store_flag(cond, invert: bool = False):
+    """A 0-d i8 buffer holding ``cond`` (or its negation), stored at the insertion point."""
+    from mlir import ir
+
+    i1 = ir.IntegerType.get_signless(1)
+    i8 = ir.IntegerType.get_signless(8)
+    buf = ir.Operation.create(
+        "memref.alloc", [ir.MemRefType.get([], i8)], operands=[],
+        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+    c = cond
+    if invert:
+        one = ir.Operation.create("arith.constant", [i1],
+                                  attributes={"value": ir.IntegerAttr.get(i1, 1)})
+        c = ir.Operation.create("arith.xori", [i1], [cond, one.result]).result
+    wide = ir.Operation.create("arith.extui", [i8], [c]).result
+    ir.Operation.create("memref.store", [], [wide, buf])
+    return buf
+
+
+def _if_convert_one(if_op) -> None:
+    from mlir import ir
+
+    i1 = ir.IntegerType.get_signless(1)
+    i8 = ir.IntegerType.get_signless(8)
+    cond = if_op.operands[0]
+    loc = if_op.location
+    with ir.InsertionPoint(if_op), loc:
+        flags = {}
+        else_ops = len(if_op.regions[1].blocks) and \
+            len(list(if_op.regions[1].blocks[0].operations)) > 1
+        for polarity in ((True, False) if else_ops else (True,)):
+            flags[polarity] = _store_flag(cond, invert=not polarity)
+    yields = {}
+    for polarity, region in zip((True, False), if_op.regions):
+        if not region.blocks:
+            yields[polarity] = []
+            continue
+        block = region.blocks[0]
+        for inner in list(block.operations):
+            inner = _op(inner)
+            if inner.name == "scf.if" and _contains_parallel(inner) is not None:
+                _if_convert_one(inner)
+        local = set()
+        ops = [_op(o) for o in block.operations]
+        for inner in ops[:-1]:
+            _hoist_predicated(inner, if_op, flags[polarity], local)
+        yields[polarity] = list(ops[-1].operands)
+    results = list(if_op.results)
+    for k, r in enumerate(results):
+        a = yields[True][k] if yields[True] else None
+        b = yields[False][k] if yields[False] else None
+        with ir.InsertionPoint(if_op), loc:
+            if a is not None and b is not None and a == b:
+                new = a
+            elif isinstance(r.type, ir.MemRefType):
+                new = ir.Operation.create(
+                    "memref.alloc", [r.type], operands=[],
+                    attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}
+                ).result
+                _select_copy(flags[True], a, b, new)
+            else:
+                new = ir.Operation.create("arith.select", [r.type], [cond, a, b]).result
+        r.replace_all_uses_with(new)
+    if_op.erase()
+
+
+def _writes(op):
+    """The buffers ``op`` writes (None: unknown)."""
+    from mlir import ir
+
+    n = op.name
+    if n == "memref.store":
+        return [op.operands[1]]
+    if n == "memref.copy":
+        return [op.operands[1]]
+    if n == "linalg.generic":
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        return list(op.operands)[seg[0]:]
+    if n in ("memref.alloc", "memref.alloca", "memref.dealloc") or n in _HOST_OK or \
+            n == "memref.load":
+        return []
+    if n.startswith(_PURE_DIALECTS) and not op.regions:
+        return []
+    return None
+
+
+def _root(v):
+    """The allocation (or argument) a view of a buffer comes from."""
+    while True:
+        owner = v.owner
+        if hasattr(owner, "arguments"):
+            return v
+        o = _op(owner)
+        if o.name in ("memref.subview", "memref.cast", "memref.collapse_shape",
+                      "memref.expand_shape", "memref.reinterpret_cast", "memref.view",
+                      "memref.reshape"):
+            v = o.operands[0]
+            continue
+        return v
+
+
+def _hoist_predicated(op, anchor, flag, local) -> None:
+    """Move ``op`` in front of ``anchor``; predicate it on ``flag`` when it writes a buffer
+    that is not allocated inside the branch (``local``)."""
+    from mlir import ir
+
+    if op.name in ("memref.alloc", "memref.alloca"):
+        local.add(op.results[0])
+    writes = _writes(op)
+    if writes is None:
+        raise PassError(f"latch-wrap-host-compute: '{op.name}' inside a branch around "
+                        "kernels cannot be if-converted yet", op.location)
+    op.move_before(anchor)
+    for r in op.results:
+        if isinstance(r.type, ir.MemRefType) and op.name not in ("memref.alloc",
+                                                                  "memref.alloca"):
+            if _root(r) in local:
+                local.add(r)
+    if all(_root(w) in local for w in writes):
+        return
+    if op.name == "memref.store":
+        with ir.InsertionPoint(op), op.location:
+            f = ir.Operation.create("memref.load", [ir.IntegerType.get_signless(8)],
+                                    [flag]).result
+            c = ir.Operation.create("arith.trunci", [ir.IntegerType.get_signless(1)],
+                                    [f]).result
+            sif = ir.Operation.create("scf.if", [], [c], regions=2)
+            blk = sif.regions[0].blocks.append()
+        with ir.InsertionPoint(blk), op.location:
+            y = ir.Operation.create("scf.yield", [], [])
+        op.move_before(y)
+    elif op.name == "memref.copy":
+        with ir.InsertionPoint(op), op.location:
+            _select_copy(flag, op.operands[0], op.operands[1], op.operands[1])
+        op.erase()
+    elif op.name == "linalg.generic":
+        _predicate_generic(op, flag)
+    else:
+        raise PassError(f"latch-wrap-host-compute: '{op.name}' inside a branch around "
+                        "kernels cannot be predicated", op.location)
+
+
+def _select_copy(flag, a, b, out) -> None:
+    """``out = flag ? a : b`` elementwise (a parallel linalg.generic)."""
+    from mlir import ir
+
+    t = ir.MemRefType(out.type)
+    rank = t.rank
+    ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
+    scalar = ir.AffineMapAttr.get(ir.AffineMap.get(rank, 0, []))
+    i8 = ir.IntegerType.get_signless(8)
+    gen = ir.Operation.create(
+        "linalg.generic", [], operands=[flag, a, b, out],
+        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([3, 1]),
+                    "indexing_maps": ir.ArrayAttr.get([scalar, ident, ident, ident]),
+                    "iterator_types": ir.ArrayAttr.get(
+                        [ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)},
+        regions=1)
+    et = t.element_type
+    blk = gen.regions[0].blocks.append(i8, et, et, et)
+    with ir.InsertionPoint(blk):
+        c = ir.Operation.create("arith.trunci", [ir.IntegerType.get_signless(1)],
+                                [blk.arguments[0]]).result
+        v = ir.Operation.create("arith.select", [et], [c, blk.arguments[1],
+                                                       blk.arguments[2]]).result
+        ir.Operation.create("linalg.yield", [], [v])
+
+
+def _predicate_generic(op, flag) -> None:
+    """Rebuild a linalg.generic with one more input, the 0-d flag, and yield
+    ``flag ? new : old`` for every output."""
+    from mlir import ir
+
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    n_in = seg[0]
+    operands = list(op.operands)
+    maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
+    n_loops = len(ir.ArrayAttr(op.attributes["iterator_types"]))
+    scalar = ir.AffineMapAttr.get(ir.AffineMap.get(n_loops, 0, []))
+    attrs = {}
+    for a in op.attributes:
+        key = a if isinstance(a, str) else a.name
+        attrs[key] = op.attributes[key]
+    attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([n_in + 1, seg[1]])
+    attrs["indexing_maps"] = ir.ArrayAttr.get(maps[:n_in] + [scalar] + maps[n_in:])
+    old = op.regions[0].blocks[0]
+    with ir.InsertionPoint(op), op.location:
+        new = ir.Operation.create("linalg.generic", [], operands=operands[:n_in] + [flag] +
+                                  operands[n_in:], attributes=attrs, regions=1)
+        types = [a.type for a in old.arguments]
+        i8 = ir.IntegerType.get_signless(8)
+        blk = new.regions[0].blocks.append(*(types[:n_in] + [i8] + types[n_in:]))
+    args = list(blk.arguments)
+    new_of = args[:n_in] + args[n_in + 1:]
+    for a, b in zip(old.arguments, new_of):
+        a.replace_all_uses_with(b)
+    body = [_op(o) for o in old.operations]
+    yld = body[-1]
+    with ir.InsertionPoint(blk), op.location:
+        c = ir.Operation.create("arith.trunci", [ir.IntegerType.get_signless(1)],
+                                [args[n_in]]).result
+    for o in body:
+        o.detach_from_parent()
+        blk.append(o)
+    outs = args[n_in + 1:]
+    with ir.InsertionPoint(yld), op.location:
+        vals = [ir.Operation.create("arith.select", [v.type], [c, v, o]).result
+                for v, o in zip(list(yld.operands), outs)]
+    for k, v in enumerate(vals):
+        yld.operands[k] = v
+    op.erase()
+
+
+_FOLD_BIN = {"arith.addf": lambda a, b: a + b, "arith.subf": lambda a, b: a - b,
+             "arith.mulf": lambda a, b: a * b, "arith.divf": lambda a, b: a / b,
+             "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
+             "arith.muli": lambda a, b: a * b}
+
+
+def _fold_scalar_constants(body) -> None:
+    """Fold top-level scalar ops whose operands are all constants (if-conversion hoists
+    such ops out of branches after the canonicalizer ran) into ``arith.constant``."""
+    import numpy as np
+    from mlir import ir
+
+    npf = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+    def const(v):
+        owner = v.owner
+        if hasattr(owner, "arguments") or _op(owner).name != "arith.constant":
+            return None
+        a = _op(owner).attributes["value"]
+        if isinstance(a, ir.FloatAttr):
+            return float(ir.FloatAttr(a).value)
+        if isinstance(a, ir.IntegerAttr):
+            return int(ir.IntegerAttr(a).value)
+        return None
+
+    for op in list(body.operations):
+        op = _op(op)
+        n = op.name
+        if not n.startswith("arith.") or n == "arith.constant" or len(op.results) != 1 or \
+                op.regions:
+            continue
+        vals = [const(v) for v in op.operands]
+        if not vals or any(v is None for v in vals):
+            continue
+        t = op.results[0].type
+        ts = str(t)
+        try:
+            if n in ("arith.truncf", "arith.extf", "arith.sitofp") and ts in npf:
+                value = float(npf[ts](vals[0]))
+            elif n in _FOLD_BIN and ts in npf:
+                value = float(npf[ts](_FOLD_BIN[n](npf[ts](vals[0]), npf[ts](vals[1]))))
+            elif n in _FOLD_BIN and ts in ("i64", "index"):
+                value = int(_FOLD_BIN[n](vals[0], vals[1]))
+            elif n == "arith.index_cast":
+                value = int(vals[0])
+            else:
+                continue
+        except (ZeroDivisionError, OverflowError, ValueError):
+            continue
+        attr = ir.FloatAttr.get(t, value) if ts in npf else ir.IntegerAttr.get(t, value)
+        with ir.InsertionPoint(op), op.location:
+            c = ir.Operation.create("arith.constant", [t], attributes={"value": attr})
+        op.results[0].replace_all_uses_with(c.results[0])
+        op.erase()
+
+
+def _splat_globals_to_fills(module, body) -> None:
+    """``memref.get_global`` of a constant splat global (torch-mlir's zero constants) →
+    an allocation filled by a parallel linalg.generic: a kernel, not host data."""
+    from mlir import ir
+
+    globals_ = {}
+    for op in module.regions[0].blocks[0].operations:
+        op = _op(op)
+        if op.name == "memref.global":
+            globals_[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    for op in list(body.operations):
+        op = _op(op)
+        if op.name != "memref.get_global":
+            continue
+        name = ir.FlatSymbolRefAttr(op.attributes["name"]).value
+        g = globals_.get(name)
+        init = g.attributes["initial_value"] if g is not None and \
+            "initial_value" in g.attributes else None
+        if init is None or "constant" not in g.attributes or \
+                not isinstance(init, ir.DenseElementsAttr) or not init.is_splat:
+            raise PassError(f"latch-wrap-host-compute: global @{name} is not a constant "
+                            "splat; non-splat constant data is not supported on the GPU "
+                            "target yet", op.location)
+        t = ir.MemRefType(op.results[0].type)
+        value = init.get_splat_value()
+        rank = t.rank
+        ident = ir.AffineMap.get_identity(rank)
+        with ir.InsertionPoint(op), op.location:
+            alloc = ir.Operation.create(
+                "memref.alloc", [t], operands=[],
+                attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0]),
+                            "alignment": ir.IntegerAttr.get(
+                                ir.IntegerType.get_signless(64), 64)}).result
+            gen = ir.Operation.create(
+                "linalg.generic", [], operands=[alloc],
+                attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 1]),
+                            "indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)]),
+                            "iterator_types": ir.ArrayAttr.get(
+                                [ir.Attribute.parse("#linalg.iterator_type<parallel>")]
+                                * rank)},
+                regions=1)
+            blk = gen.regions[0].blocks.append(t.element_type)
+        with ir.InsertionPoint(blk), op.location:
+            c = ir.Operation.create("arith.constant", [t.element_type],
+                                    attributes={"value": value}).result
+            ir.Operation.create("linalg.yield", [], [c])
+        op.results[0].replace_all_uses_with(alloc)
+        op.erase()
+
+
+def _widen_i1_buffers(func_op) -> None:
+    """Buffers of i1 → buffers of i8 (NVPTX cannot store i1 through memory): every memref
+    of i1 produced in the function becomes a memref of i8, loads are truncated back to i1,
+    stores widen their value, linalg bodies truncate/extend at their block arguments and
+    yields."""
+    from mlir import ir
+
+    i1 = ir.IntegerType.get_signless(1)
+    i8 = ir.IntegerType.get_signless(8)
+
+    def is_i1_memref(t):
+        return isinstance(t, ir.MemRefType) and ir.MemRefType(t).element_type == i1
+
+    def widened(t):
+        mt = ir.MemRefType(t)
+        return ir.MemRefType.get(mt.shape, i8, mt.layout, mt.memory_space)
+
+    ftype = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+    if any(is_i1_memref(t) for t in list(ftype.inputs) + list(ftype.results)):
+        raise PassError("latch-wrap-host-compute: i1 buffers in a function signature are "
+                        "not supported on the GPU target", func_op.location)
+    ops = list(_walk(func_op))
+    changed = False
+    for op in ops:
+        for r in op.results:
+            if is_i1_memref(r.type):
+                r.set_type(widened(r.type))
+                changed = True
+    if not changed:
+        return
+    for op in ops:
+        if op.name == "memref.load" and op.results[0].type == i1:
+            r = op.results[0]
+            r.set_type(i8)
+            with ir.InsertionPoint.after(op), op.location:
+                t = ir.Operation.create("arith.trunci", [i1], [r])
+            r.replace_all_uses_except(t.results[0], t)
+        elif op.name == "memref.store" and op.operands[0].type == i1:
+            with ir.InsertionPoint(op), op.location:
+                e = ir.Operation.create("arith.extui", [i8], [op.operands[0]])
+            op.operands[0] = e.results[0]
+        elif op.name == "linalg.generic":
+            blk = op.regions[0].blocks[0]
+            n_ops = len(op.operands)
+            seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+            n_in = seg[0]
+            yld = _op(list(blk.operations)[-1])
+            for i in range(n_ops):
+                v = op.operands[i]
+                arg = blk.arguments[i]
+                if isinstance(v.type, ir.MemRefType) and \
+                        ir.MemRefType(v.type).element_type == i8 and arg.type == i1:
+                    arg.set_type(i8)
+                    first = _op(list(blk.operations)[0])
+                    with ir.InsertionPoint(first), op.location:
+                        t = ir.Operation.create("arith.trunci", [i1], [arg])
+                    arg.replace_all_uses_except(t.results[0], t)
+                    if i >= n_in:
+                        k = i - n_in
+                        with ir.InsertionPoint(yld), op.location:
+                            e = ir.Operation.create("arith.extui", [i8], [yld.operands[k]])
+                        yld.operands[k] = e.results[0]
+
+
+def _reductions_innermost(body) -> None:
+    """Permute the loops of every linalg.generic so that its parallel loops come first
+    (relative order kept in each class).  convert-linalg-to-parallel-loops emits loops in
+    iterator order, so a reduction in front of a parallel loop (a bias gradient: sum over
+    the batch) would become a host loop of kernels; with the reductions innermost it is one
+    kernel whose threads each run the reduction loop.  Sums keep their order."""
+    from mlir import ir
+
+    for op in list(body.operations):
+        op = _op(op)
+        if op.name != "linalg.generic":
+            continue
+        its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        par = [i for i, t in enumerate(its) if "parallel" in t]
+        red = [i for i, t in enumerate(its) if "parallel" not in t]
+        perm = par + red                     # new loop j is old loop perm[j]
+        if perm == list(range(len(its))) or not par:
+            continue
+        n = len(its)
+        inv = [0] * n
+        for j, i in enumerate(perm):
+            inv[i] = j
+        sub = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(inv[i]) for i in range(n)])
+        maps = []
+        for m in ir.ArrayAttr(op.attributes["indexing_maps"]):
+            m = ir.AffineMapAttr(m).value
+            maps.append(ir.AffineMapAttr.get(ir.AffineMap.get(
+                n, m.n_symbols, [e.compose(sub) for e in m.results])))
+        op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
+        old_its = list(ir.ArrayAttr(op.attributes["iterator_types"]))
+        op.attributes["iterator_types"] = ir.ArrayAttr.get([old_its[i] for i in perm])
+        for inner in _walk(op):
+            if inner.name == "linalg.index":
+                d = ir.IntegerAttr(inner.attributes["dim"]).value
+                inner.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                             inv[d])
+
+
+def _walk(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = _op(inner)
+                yield inner
+                yield from _walk(inner)
+
+
 def _classify(op, compute_values) -> str:
     """'host', 'parallel' or 'compute'."""
     name = op.name
@@ -160,11 +624,11 @@ def _classify(op, compute_values) -> str:
                 f"('{inner.name}'); a host loop or branch around kernels cannot be expressed "
                 "in the launch schedule yet", op.location)
         return "compute"
-    if name.startswith(_PURE_DIALECTS) and not _touches_memory(op):
-        # pure scalar op: stays on the host only if it does not depend on device values
-        if any(_defined_by(v) in compute_values for v in op.operands):
-            return "compute"
+    if name.startswith(_PURE_DIALECTS) and not _touches_memory(op) and \
+            name not in ("arith.constant", "index.constant") and not op.operands:
         return "host"
+    # any other scalar op computes on the device (the launch schedule holds constants
+    # only; _fold_scalar_constants folded what it could)
     return "compute"
 
 
@@ -211,7 +675,9 @@ def _wrap(body) -> None:
             current, hoist, pending = None, [], []
     if current:
         groups.append((current, hoist))
-    for group, hoisted in groups:
+    # last run first: a value a run leaves for a later run is reloaded inside the later
+    # run's (already wrapped) loop
+    for group, hoisted in reversed(groups):
         _wrap_group(group, hoisted)
 
 
@@ -222,8 +688,10 @@ def _wrap_group(group, hoisted) -> None:
     for h in hoisted:
         h.move_before(first)
     members = set(group)
+    escaping = []   # (value, its external uses) computed in this run and used after it
     for op in group:
         for r in op.results:
+            outside = []
             for use in r.uses:
                 user = _op(use.owner)
                 top = user
@@ -231,16 +699,26 @@ def _wrap_group(group, hoisted) -> None:
                         and _op(top.parent).name != "func.func":
                     top = _op(top.parent)
                 if top not in members:
-                    raise PassError(
-                        f"latch-wrap-host-compute: a value computed on the device by "
-                        f"'{op.name}' is used on the host by '{user.name}'; pass it through "
-                        "a 0-d buffer instead", user.location)
+                    outside.append((user, use.operand_number))
+            if outside:
+                escaping.append((r, outside))
     index = ir.IndexType.get()
     with ir.InsertionPoint(first), first.location:
         c0 = ir.Operation.create("arith.constant", [index],
                                  attributes={"value": ir.IntegerAttr.get(index, 0)}).result
         c1 = ir.Operation.create("arith.constant", [index],
                                  attributes={"value": ir.IntegerAttr.get(index, 1)}).result
+        spills = []
+        for value, _ in escaping:
+            if not _spillable(value.type):
+                user = _[0][0]
+                raise PassError(
+                    f"latch-wrap-host-compute: a value of type {value.type} computed on the "
+                    f"device is used on the host by '{user.name}'", user.location)
+            spills.append(ir.Operation.create(
+                "memref.alloc", [ir.MemRefType.get([], _stored_type(value.type))],
+                operands=[], attributes={"operandSegmentSizes":
+                                         ir.DenseI32ArrayAttr.get([0, 0])}).result)
         par = ir.Operation.create(
             "scf.parallel", [], operands=[c0, c1, c1],
             attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, 0]),
@@ -251,6 +729,58 @@ def _wrap_group(group, hoisted) -> None:
         term = ir.Operation.create("scf.reduce", [], operands=[], regions=0)
     for op in group:
         op.move_before(term)
+    # scalars that later device code reads travel through 0-d buffers: stored at the end
+    # of this kernel, loaded again right before each later use
+    i1 = ir.IntegerType.get_signless(1)
+    i8 = ir.IntegerType.get_signless(8)
+    with ir.InsertionPoint(term), first.location:
+        for (value, _), buf in zip(escaping, spills):
+            v = value
+            if value.type == i1:
+                v = ir.Operation.create("arith.extui", [i8], [value]).result
+            ir.Operation.create("memref.store", [], [v, buf])
+    for (value, uses), buf in zip(escaping, spills):
+        for user, operand_number in uses:
+            if user.name == "linalg.generic" and _op(user.parent).name == "func.func":
+                # a scalar operand of a parallel op: the 0-d buffer becomes the operand
+                _scalar_operand_from_buffer(user, operand_number, buf)
+                continue
+            with ir.InsertionPoint(user), user.location:
+                loaded = ir.Operation.create("memref.load", [_stored_type(value.type)],
+                                             [buf]).result
+                if value.type == i1:
+                    loaded = ir.Operation.create("arith.trunci", [i1], [loaded]).result
+            user.operands[operand_number] = loaded
+
+
+def _stored_type(t):
+    """Scalars travel through memory as themselves, i1 as i8 (NVPTX stores no i1)."""
+    from mlir import ir
+
+    return ir.IntegerType.get_signless(8) if t == ir.IntegerType.get_signless(1) else t
+
+
+def _scalar_operand_from_buffer(generic, k, buf) -> None:
+    """Operand ``k`` of ``generic`` (a scalar, indexing map ``(...) -> ()``) → the 0-d
+    buffer ``buf`` with the same map; an i1 comes in as i8 and is truncated in the body."""
+    from mlir import ir
+
+    i1 = ir.IntegerType.get_signless(1)
+    generic.operands[k] = buf
+    arg = generic.regions[0].blocks[0].arguments[k]
+    if arg.type == i1:
+        arg.set_type(ir.IntegerType.get_signless(8))
+        first = _op(list(generic.regions[0].blocks[0].operations)[0])
+        with ir.InsertionPoint(first), generic.location:
+            t = ir.Operation.create("arith.trunci", [i1], [arg])
+        arg.replace_all_uses_except(t.results[0], t)
+
+
+def _spillable(t) -> bool:
+    from mlir import ir
+
+    return isinstance(t, (ir.FloatType, ir.IntegerType, ir.IndexType)) or \
+        str(t) in ("f32", "f64", "f16", "bf16", "index") or str(t).startswith("i")
 
 
 # -- full reductions: one block, strided partial sums, gpu.all_reduce ---------------------------
@@ -395,6 +925,10 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
             mapping[acc] = partial
             for body_op in list(block.operations)[:-1]:
                 body_op = _op(body_op)
+                if body_op.name == "linalg.index":
+                    d = ir.IntegerAttr(body_op.attributes["dim"]).value
+                    mapping[body_op.results[0]] = dims[d]
+                    continue
                 new = body_op.clone()
                 for i, operand in enumerate(list(new.operands)):
                     if operand in mapping:

@@ -5,7 +5,10 @@
 (func, linalg, tensor, arith, math, scf, cf, bufferization, …).  The text is verified by
 parsing it with the upstream ``mlir`` bindings in a fresh context.
 
-Steps (all inside torch-mlir's bundled MLIR):
+Steps (all inside torch-mlir's bundled MLIR, by default in a long-lived child process: see
+:mod:`latch.frontend._graph_io` for why torch-mlir must not be loaded in the process that
+uses upstream MLIR's ExecutionEngine; before them, :func:`latch.frontend.support.check_supported`
+runs on the FX graph):
   1. ``FxImporter.import_stateless_graph`` (the FX graph → ``torch`` dialect);
   2. ``torchdynamo-export-to-torch-backend-pipeline`` (torch backend contract);
   3. the conversion half of ``torch-backend-to-linalg-on-tensors-backend-pipeline``, after
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from latch.errors import LatchError, UnsupportedOpError
+from latch.errors import LatchError
 from latch.frontend.support import check_supported, unsupported_from_mlir_ops
 from latch.frontend.trace import TracedGraph
 
@@ -137,27 +140,65 @@ def lower_graph_module(gm, func_name: str) -> dict:
     return {"ok": True, "text": text}
 
 
+class _Worker:
+    """A long-lived ``python -m latch.frontend._import_worker`` child (started on first use,
+    restarted if it dies), so that only the first import pays the process start."""
+
+    def __init__(self):
+        import subprocess
+        import sys
+        import tempfile
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "latch.frontend._import_worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr_tail(self, n=20) -> list[str]:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace").strip().splitlines()[-n:]
+
+    def request(self, payload: bytes):
+        import pickle
+        try:
+            self.proc.stdin.write(len(payload).to_bytes(8, "little") + payload)
+            self.proc.stdin.flush()
+            hdr = self.proc.stdout.read(8)
+            if len(hdr) == 8:
+                return pickle.loads(self.proc.stdout.read(int.from_bytes(hdr, "little")))
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.wait()
+        tail = self.stderr_tail()
+        return {"ok": False, "stage": "torch-mlir import worker (crashed)",
+                "ops": _op_names("\n".join(tail)), "diagnostics": tail}
+
+    def close(self):
+        if self.alive():
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+_WORKER: _Worker | None = None
+_WORKER_LOCK = __import__("threading").Lock()
+
+
 def _lower_isolated(gm, func_name: str) -> dict:
     """:func:`lower_graph_module` in a child process (see :mod:`latch.frontend._graph_io`
     for why torch-mlir must not share a process with upstream MLIR's JIT)."""
-    import os
     import pickle
-    import subprocess
-    import sys
-    import tempfile
     from latch.frontend import _graph_io
-
-    with tempfile.TemporaryDirectory(prefix="latch-import-") as d:
-        src, dst = os.path.join(d, "graph.pkl"), os.path.join(d, "result.pkl")
-        with open(src, "wb") as f:
-            pickle.dump({"graph": _graph_io.dumps(gm), "func_name": func_name}, f)
-        proc = subprocess.run([sys.executable, "-m", "latch.frontend._import_worker", src, dst],
-                              capture_output=True, text=True)
-        if proc.returncode != 0 or not os.path.exists(dst):
-            return {"ok": False, "stage": "torch-mlir import worker", "ops":
-                    _op_names(proc.stderr), "diagnostics": proc.stderr.strip().splitlines()[-20:]}
-        with open(dst, "rb") as f:
-            return pickle.load(f)
+    global _WORKER
+    payload = pickle.dumps({"graph": _graph_io.dumps(gm), "func_name": func_name})
+    with _WORKER_LOCK:
+        if _WORKER is None or not _WORKER.alive():
+            _WORKER = _Worker()
+        res = _WORKER.request(payload)
+        if not _WORKER.alive():
+            _WORKER = None
+    return res
 
 
 def import_to_linalg(traced: TracedGraph, func_name: str = "loss_and_grads",

@@ -53,7 +53,7 @@ aten.lift_fresh_copy.default aten.detach.default aten.sigmoid_backward.default
 aten.tanh_backward.default aten.floor_divide.default aten.isnan.default aten.isinf.default
 aten.unbind.int aten.stack.default aten.repeat.default aten.flip.default
 prims.convert_element_type.default prims.squeeze.default prims.broadcast_in_dim.default
-aten.linalg_vector_norm.default aten.var_mean.correction aten.empty_strided.default aten.slice_scatter.default aten.sym_size.int aten.sym_numel.default
+aten.linalg_vector_norm.default aten.var_mean.correction aten.var.correction aten.empty_strided.default aten.slice_scatter.default aten.sym_size.int aten.sym_numel.default
 """.split())
 
 # Ops known not to import, with what to do instead.

@@ -160,8 +160,37 @@ def _make_fx(fn: Callable, args: Sequence[torch.Tensor], precision: str):
                              "boolean indexing or nonzero()"]) from None
     gm.graph.eliminate_dead_code()
     gm.recompile()
+    _functionalize_leftover_inplace(gm)
     _check_static_shapes(gm)
     return gm
+
+
+def _functionalize_leftover_inplace(gm) -> None:
+    """Replace in-place ops that functionalisation could not see (ops on tensors computed
+    only from constants, e.g. ``rms_norm``'s decomposition applied to a baked-in weight)
+    by their out-of-place overloads, when nothing reads the mutated tensor afterwards."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    changed = False
+    for n in list(gm.graph.nodes):
+        t = n.target
+        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+            continue
+        if not t._schema.is_mutable:
+            continue
+        name = t._schema.name.split("::")[1]
+        if not name.endswith("_") or name.startswith("_"):
+            continue
+        packet = getattr(torch.ops.aten, name[:-1], None)
+        functional = getattr(packet, t._overloadname, None) if packet is not None else None
+        dst = n.args[0] if n.args else None
+        if functional is None or not isinstance(dst, torch.fx.Node):
+            continue
+        if any(order[u] > order[n] for u in dst.users if u is not n):
+            continue
+        n.target = functional
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _check_static_shapes(gm):

@@ -278,7 +278,65 @@ class CudaProgram:
         for src, dst, n in self.copies:
             drv.memcpy_dtod(dst, src, n, self.stream, "new state value")
 
+    # -- the user API of latch.Program: init(model) -> state; step(state, *batch) -> loss --
+    def init(self, model) -> "CudaTrainingState":
+        """A new training state: the model's parameters (copied to the GPU), zero moments
+        and counters.  Parameters are matched by the names of ``model.named_parameters()``."""
+        import torch
+
+        named = dict(model.named_parameters())
+        values = {}
+        for spec in self.states_spec:
+            if spec.get("kind") == "param":
+                if spec["name"] not in named:
+                    raise LatchError(f"the model has no parameter {spec['name']!r}; init() "
+                                     "needs the model the program was compiled from")
+                t = named[spec["name"]].detach()
+                if list(t.shape) != list(spec["shape"]):
+                    raise LatchError(f"parameter {spec['name']!r} has shape "
+                                     f"{tuple(t.shape)}, the program expects "
+                                     f"{tuple(spec['shape'])}")
+                values[spec["name"]] = t
+            else:
+                values[spec["name"]] = torch.zeros(tuple(spec["shape"]),
+                                                   dtype=torch_dtype(spec["dtype"]))
+        state = CudaTrainingState(self, values)
+        self._activate(state, force=True)
+        return state
+
+    def _activate(self, state: "CudaTrainingState", force: bool = False) -> None:
+        """Make ``state`` the one in the program's state buffers (one live state at a time;
+        switching saves the previous one's tensors)."""
+        if state.program is not self:
+            raise LatchError("this training state belongs to another program")
+        active = getattr(self, "_active", None)
+        if active is state and not force:
+            return
+        if active is not None and active is not state:
+            active._saved = self.state_dict()
+        self.load_state(state._saved, strict=True)
+        state._saved = None
+        self._active = state
+
     def step(self, *inputs):
+        """``step(state, *batch)`` (the latch.Program API): one update, returns the loss as a
+        float.  ``step(*tensors)``: one update on the live state, returns the outputs (a
+        tensor, or a tuple if several)."""
+        if inputs and isinstance(inputs[0], CudaTrainingState):
+            import torch
+
+            state, batch = inputs[0], inputs[1:]
+            self._activate(state)
+            batch = tuple(t.to(self.torch_device) if isinstance(t, torch.Tensor) and
+                          t.device != self.torch_device else t for t in batch)
+            out = self._step(*batch)
+            loss = float((out[0] if isinstance(out, tuple) else out).item())
+            if loss != loss or loss in (float("inf"), float("-inf")):
+                state.nonfinite_steps += 1
+            return loss
+        return self._step(*inputs)
+
+    def _step(self, *inputs):
         """One update.  Returns the outputs (a tensor, or a tuple if several)."""
         import torch
 
@@ -344,6 +402,42 @@ class CudaProgram:
                 b.alloc.free()
             self.arena.free()
             self.stream.destroy()
+
+
+class CudaTrainingState:
+    """The training state of a :class:`CudaProgram` (``prog.init(model)``): it lives in the
+    program's device buffers while it is the program's live state.  Same reading API as
+    :class:`latch.state.TrainingState`; tensors come back as copies on the GPU."""
+
+    def __init__(self, program: CudaProgram, values: dict):
+        self.program = program
+        self._saved = values          # {name: tensor} while not live in the program
+        self.skipped_steps = 0        # the cuda runtime commits every step (see README)
+        self.nonfinite_steps = 0
+        self._param_names = list(program.manifest.get("param_names") or
+                                 [s["name"] for s in program.states_spec
+                                  if s.get("kind") == "param"])
+
+    def _tensors(self) -> dict:
+        if self._saved is not None:
+            return {n: t.clone() for n, t in self._saved.items()}
+        return self.program.state_dict()
+
+    @property
+    def step(self) -> int:
+        return int(self._tensors()["step"].item())
+
+    def parameters(self) -> dict:
+        t = self._tensors()
+        return {n: t[n] for n in self._param_names}
+
+    def tensors(self, kind: str | None = None) -> dict:
+        t = self._tensors()
+        return {s["name"]: t[s["name"]] for s in self.program.states_spec
+                if kind is None or s.get("kind") == kind}
+
+    def __repr__(self) -> str:
+        return f"CudaTrainingState(step={self.step}, {len(self.program.states_spec)} tensors)"
 
 
 def _sm(chip: str) -> int:

@@ -17,118 +17,43 @@ import ctypes
 import functools
 import os
 import re
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from latch.errors import LatchError, PipelineError
 
-CPU_BUFFERIZE_PIPELINE = (
-    "builtin.module("
-    "func.func(linalg-fuse-elementwise-ops),"
-    "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
-    "one-shot-bufferize{bufferize-function-boundaries=true "
-    "function-boundary-type-conversion=identity-layout-map},"
-    "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true},"
-    "canonicalize,"
-    "buffer-deallocation-pipeline,"
-    "convert-bufferization-to-memref,"
-    "func.func(convert-linalg-to-loops),"
-    "expand-strided-metadata,lower-affine,convert-scf-to-cf)")
-"""First half: linalg-on-tensors → loops on memrefs (out-params, deallocation)."""
+CPU_BUFFERIZE_PIPELINE = "builtin.module(latch-bufferize-host)"
+"""First half (see ``latch-bufferize-host`` in latch.passes.pipelines): linalg-on-tensors →
+loops on memrefs.  Results become out-parameters (the caller's state buffers: pinned), every
+temporary is a view into one arena planned by ``latch-plan-memory`` (reused by liveness),
+and the arena is freed on return."""
 
-CPU_LLVM_PIPELINE = (
-    "builtin.module("
-    "convert-math-to-llvm,convert-math-to-libm,"
-    "finalize-memref-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
-    "convert-arith-to-llvm,convert-index-to-llvm,"
-    "reconcile-unrealized-casts)")
-"""Second half: loops on memrefs → LLVM dialect."""
+CPU_LLVM_PIPELINE = "builtin.module(latch-loops-to-llvm)"
+"""Second half: loops on memrefs → LLVM dialect, booleans stored as bytes
+(``latch-widen-i1-memrefs``: MLIR 22.1.8's ``finalize-memref-to-llvm`` asserts on
+``memref.store`` of ``i1``)."""
 
-CPU_PIPELINE = CPU_BUFFERIZE_PIPELINE[:-1] + "," + CPU_LLVM_PIPELINE[len("builtin.module("):]
-"""The whole textual upstream MLIR 22 pipeline from linalg-on-tensors to the LLVM dialect.
+CPU_PIPELINE = "builtin.module(latch-bufferize-host, latch-loops-to-llvm)"
+"""The whole pipeline from linalg-on-tensors to the LLVM dialect (``latch-to-llvm`` without
+rule lowering)."""
 
-:class:`CpuExecutable` runs it as its two halves with :func:`widen_i1_memrefs` (a Python
-pass) in between: MLIR 22.1.8's ``finalize-memref-to-llvm`` asserts on ``memref.store`` of
-``i1`` (``integralElementType.getWidth() >= 8``), so boolean buffers are stored as ``i8``
-(which is also numpy's bool layout).  Running ``CPU_PIPELINE`` alone works for programs
-without boolean buffers."""
+from latch.passes.widen_i1_memrefs import widen_i1_memrefs  # noqa: E402,F401  (re-export)
 
 
-def widen_i1_memrefs(module_op) -> None:
-    """Rewrite every ``memref<…xi1>`` value to ``memref<…xi8>``: loads are followed by
-    ``arith.trunci``, stored values are ``arith.extui``-ed, ``memref.global`` initial values
-    and ``func.func`` signatures are updated.  Runs on loops-on-memrefs IR (after
-    ``convert-linalg-to-loops`` and ``expand-strided-metadata``)."""
+def _memory_plan(module, func_name: str) -> dict:
+    """The arena planned for ``func_name`` by latch-plan-memory (bytes)."""
     import mlir.ir as ir
-    from mlir.dialects import arith
 
-    i1 = ir.IntegerType.get_signless(1)
-    i8 = ir.IntegerType.get_signless(8)
-
-    def widen(t):
-        if isinstance(t, ir.MemRefType):
-            mt = t
-            if mt.element_type == i1:
-                return ir.MemRefType.get(mt.shape, i8, mt.layout, mt.memory_space)
-        return None
-
-    loads, stores, funcs, globals_ = [], [], [], []
-
-    def visit(op):
-        op = op.operation if hasattr(op, "operation") else op
-        name = op.name
-        for r in op.results:
-            w = widen(r.type)
-            if w is not None:
-                r.set_type(w)
-        for reg in op.regions:
-            for blk in reg.blocks:
-                for a in blk.arguments:
-                    w = widen(a.type)
-                    if w is not None:
-                        a.set_type(w)
-        if name == "memref.load" and op.results[0].type == i1:
-            loads.append(op)
-        elif name == "memref.store" and op.operands[0].type == i1:
-            stores.append(op)
-        elif name == "func.func":
-            funcs.append(op)
-        elif name == "memref.global":
-            globals_.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    for op in loads:
-        # memref.load now yields i8 (its memref is i8): retype and truncate
-        res = op.results[0]
-        res.set_type(i8)
-        with ir.InsertionPoint.after(op), op.location:
-            t = arith.TruncIOp(i1, res)
-        res.replace_all_uses_except(t.result, t.operation)
-    for op in stores:
-        with ir.InsertionPoint(op), op.location:
-            e = arith.ExtUIOp(i8, op.operands[0])
-        op.operands[0] = e.result
-    for op in globals_:
-        t = ir.TypeAttr(op.attributes["type"]).value
-        w = widen(t)
-        if w is None:
-            continue
-        op.attributes["type"] = ir.TypeAttr.get(w)
-        if "initial_value" in op.attributes:
-            iv = str(op.attributes["initial_value"])
-            if iv.startswith("dense<"):
-                # dense<true> / dense<[[true, false], …]> : tensor<…xi1>  →  0/1 : …xi8
-                body, _, ty = iv.rpartition(" : ")
-                body = re.sub(r"\btrue\b", "1", re.sub(r"\bfalse\b", "0", body))
-                ty = re.sub(r"xi1>$", "xi8>", ty).replace("tensor<i1>", "tensor<i8>")
-                op.attributes["initial_value"] = ir.Attribute.parse(f"{body} : {ty}")
-    for op in funcs:
-        ft = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-        ins = [widen(t) or t for t in ft.inputs]
-        outs = [widen(t) or t for t in ft.results]
-        op.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(ins, outs))
+    try:
+        fn = _find_func(module, func_name)
+    except LatchError:          # already lowered past func.func
+        return {"arena_bytes": 0, "buffer_bytes": 0}
+    attrs = fn.attributes
+    if "latch.arena_bytes" not in attrs:
+        return {"arena_bytes": 0, "buffer_bytes": 0}
+    return {"arena_bytes": ir.IntegerAttr(attrs["latch.arena_bytes"]).value,
+            "buffer_bytes": ir.IntegerAttr(attrs["latch.buffer_bytes"]).value}
 
 
 @functools.cache
@@ -190,7 +115,7 @@ class CpuExecutable:
                  pipeline: str | None = None):
         import mlir.ir as ir
         from mlir.execution_engine import ExecutionEngine
-        from mlir.passmanager import PassManager
+        from latch.pipeline import run_pipeline
 
         self.func_name = func_name
         self.context = ir.Context()
@@ -208,16 +133,13 @@ class CpuExecutable:
             no_write = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
             fn.attributes["arg_attrs"] = ir.ArrayAttr.get([no_write] * len(ftype.inputs))
             try:
+                run_pipeline(module, CPU_BUFFERIZE_PIPELINE if pipeline is None else pipeline)
+                self.memory_plan = _memory_plan(module, func_name)
                 if pipeline is None:
-                    PassManager.parse(CPU_BUFFERIZE_PIPELINE).run(module.operation)
-                    widen_i1_memrefs(module.operation)
-                    PassManager.parse(CPU_LLVM_PIPELINE).run(module.operation)
-                else:
-                    PassManager.parse(pipeline).run(module.operation)
+                    run_pipeline(module, CPU_LLVM_PIPELINE)
             except Exception as e:
                 raise PipelineError("CPU target: lowering to LLVM failed",
                                     diagnostics=[str(e)[:4000]]) from e
-            self.llvm_module_text = None
             self.engine = ExecutionEngine(module, opt_level=opt_level,
                                           shared_libs=[runner_utils_lib()])
         self._module = module

@@ -24,11 +24,6 @@ MANIFEST_KIND = "cuda-update"
 MANIFEST_VERSION = 1
 
 
-def _register_passes() -> None:
-    from latch.passes import PASSES
-    PASSES.setdefault("latch-wrap-host-compute", "wrap_host_compute:WrapHostCompute")
-
-
 def kernels_to_ptx_pipeline(chip: str, features: str, opt_level: int = 3) -> str:
     return ("builtin.module(gpu-lower-to-nvvm-pipeline{"
             f"cubin-chip={chip} cubin-features={features} cubin-format=isa "
@@ -85,15 +80,19 @@ def _stage_of(module) -> str:
     return "tensors"
 
 
-def serialize_kernels(module, chip: str, features: str, opt_level: int = 3) -> dict[str, str]:
-    """PTX of every gpu.module of ``module`` (after latch-form-kernels): {module name: ptx}.
-    Works on a copy from which host functions are removed, so only kernels are lowered."""
+def serialize_kernels(module, chip: str, features: str, opt_level: int = 3,
+                      only=None) -> dict[str, str]:
+    """PTX of every gpu.module of ``module`` (after latch-form-kernels): {module name: ptx}
+    (of those named in ``only``, when given).  Works on a copy from which host functions
+    are removed, so only kernels are lowered."""
     from mlir import ir
     from mlir.dialects import gpu
 
     copy = ir.Module.parse(str(module), context=module.context)
     for op in list(copy.body.operations):
-        if op.operation.name != "gpu.module":
+        if op.operation.name != "gpu.module" or \
+                (only is not None and
+                 ir.StringAttr(op.operation.attributes["sym_name"]).value not in only):
             op.operation.erase()
     if "gpu.container_module" not in copy.operation.attributes:
         copy.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
@@ -113,27 +112,106 @@ def serialize_kernels(module, chip: str, features: str, opt_level: int = 3) -> d
 
 def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_90",
                           features: str = "+ptx80", block: str = "32,8",
-                          opt_level: int = 3) -> tuple[dict, dict[str, str], str]:
+                          opt_level: int = 3,
+                          times: dict | None = None) -> tuple[dict, dict[str, str], str]:
     """Run the cuda stages on ``module`` (an ``mlir.ir.Module``, changed in place).
-    Returns (schedule, {gpu.module name: PTX}, kernels-stage IR text)."""
+    Returns (schedule, {gpu.module name: PTX}, kernels-stage IR text).  ``times`` (optional)
+    receives the seconds of each stage."""
+    import time
+
     from latch.passes.extract_launches import extract_launch_schedule
 
-    _register_passes()
+    times = {} if times is None else times
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        times[name] = times.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
     stage = _stage_of(module)
     if stage == "latch":
-        _run(module, "builtin.module(latch-lower-rules)", "latch-lower-rules")
+        timed("latch-lower-rules", _run, module, "builtin.module(latch-lower-rules)",
+              "latch-lower-rules")
     if stage in ("latch", "tensors"):
-        _run(module, "builtin.module(inline, latch-bufferize)", "latch-bufferize")
-    _run(module, "builtin.module(latch-wrap-host-compute)", "latch-wrap-host-compute")
-    _run(module, f"builtin.module(latch-form-kernels{{block={block}}})", "latch-form-kernels")
+        _drop_dead_functions(module, entry)
+        timed("latch-bufferize", _run, module, "builtin.module(inline, latch-bufferize)",
+              "latch-bufferize")
+    buffer_bytes = _entry_attr(module, entry, "latch.buffer_bytes")
+    timed("latch-form-kernels", _run, module,
+          f"builtin.module(latch-form-kernels{{block={block}}})", "latch-form-kernels")
     kernels_ir = str(module)
-    schedule = extract_launch_schedule(module.operation, entry)
-    ptx = serialize_kernels(module, chip, features, opt_level)
+    schedule = timed("schedule", extract_launch_schedule, module.operation, entry)
+    schedule["buffer_bytes"] = buffer_bytes
+    canonical = _identical_kernel_modules(kernels_ir)
+    for launch in schedule["launches"]:
+        launch["module"] = canonical.get(launch["module"], launch["module"])
+    wanted = {launch["module"] for launch in schedule["launches"]}
+    ptx = timed("latch-kernels-to-ptx", serialize_kernels, module, chip, features, opt_level,
+                wanted)
     used = {launch["module"] for launch in schedule["launches"]}
     missing = used - set(ptx)
     if missing:
         raise LatchError(f"cuda target: no PTX for kernel modules {sorted(missing)}")
     return schedule, {k: v for k, v in ptx.items() if k in used}, kernels_ir
+
+
+def _drop_dead_functions(module, entry) -> None:
+    """Erase the functions nothing calls any more (the model's loss_and_grads, inlined into
+    the update by latch-lower-rules), so that only the update is bufferized and outlined."""
+    from mlir import ir
+
+    from latch.passes.extract_launches import find_entry
+    try:
+        keep = find_entry(module.operation, entry)
+    except LatchError:
+        return
+    text = None
+    for op in list(module.body.operations):
+        op = op.operation
+        if op.name != "func.func" or op == keep:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if text is None:
+            text = str(keep)
+        if f"@{name}" not in text:
+            op.erase()
+
+
+def _identical_kernel_modules(kernels_ir: str) -> dict[str, str]:
+    """{gpu.module name: the first gpu.module with the same body}: kernel outlining makes
+    one module per launch, and an update repeats the same kernel (one AdamW kernel per
+    parameter shape, one fill per buffer shape); each distinct one is lowered and shipped
+    once.  Compares the modules' text in the printed kernels-stage module (printing each
+    nested op on its own is far slower)."""
+    import re
+
+    first: dict[str, str] = {}
+    canonical: dict[str, str] = {}
+    name, lines = None, []
+    for line in kernels_ir.splitlines():
+        if name is None:
+            m = re.match(r"^  gpu\.module @([\w$.-]+) ", line)
+            if m:
+                name, lines = m.group(1), []
+            continue
+        if line == "  }":
+            canonical[name] = first.setdefault("\n".join(lines), name)
+            name = None
+        else:
+            lines.append(line)
+    return canonical
+
+
+def _entry_attr(module, entry, attr: str) -> int:
+    from mlir import ir
+
+    from latch.passes.extract_launches import find_entry
+    try:
+        f = find_entry(module.operation, entry)
+    except LatchError:
+        return 0
+    return int(ir.IntegerAttr(f.attributes[attr]).value) if attr in f.attributes else 0
 
 
 def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
@@ -211,3 +289,135 @@ def _check_specs(what: str, actual: list[dict], expected) -> None:
         if list(shape) != a["shape"] or dtype != a["dtype"]:
             raise LatchError(f"cuda target: {what} {i}: expected {list(shape)} {dtype}, the "
                              f"program has {a['shape']} {a['dtype']}")
+
+
+# -- latch.compile(model, rule, inputs, target="cuda") -------------------------------------
+
+NO_GPU_MESSAGE = ("compiled for cuda; run it on a machine with a GPU via latch.load(path) or "
+                  "latch.runtime")
+
+
+def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
+    """trace → linalg → Latch program → latch-lower-rules (the same front half as the cpu
+    target), then the cuda stages of :func:`compile_update_module`.  Returns a
+    :class:`CudaProgramHandle`: save it, report it, or run it where there is a GPU."""
+    import time
+
+    from mlir import ir
+
+    import latch.dialect
+    from latch.compiler import _Timer, mlir_tensor_type
+    from latch.frontend.importer import import_to_linalg
+    from latch.frontend.trace import trace_loss_and_grads
+    from latch.optim.emit import build_update_module
+    from latch.program import _TORCH_NAMES, _append_functions
+    from latch.stages import dump_dir, op_counts, run_stages
+
+    timer = _Timer()
+    with timer("trace"):
+        traced = trace_loss_and_grads(model, inputs, precision=options.precision)
+    with timer("linalg"):
+        linalg_text = import_to_linalg(traced, "loss_and_grads")
+    params = [(n, mlir_tensor_type(s, d)) for n, s, d in
+              zip(traced.param_names, traced.param_shapes, traced.param_dtypes)]
+    input_types = [mlir_tensor_type(t.shape, t.dtype) for t in inputs]
+    with timer("latch"):
+        program_text = build_update_module(params, rule, input_types)
+    chip, features, block, opt_level = "sm_90", "+ptx80", "32,8", 3
+    with ir.Context() as ctx, ir.Location.unknown():
+        latch.dialect.load(ctx)
+        module = ir.Module.parse(program_text)
+        _append_functions(module, ir.Module.parse(linalg_text))
+        counts_in = op_counts(module)
+        records = run_stages(module, ["latch-lower-rules"], dump_to=dump_dir(), name="update")
+        for r in records:
+            timer.times[r.stage] = r.seconds
+        source_text = module.operation.get_asm(print_generic_op_form=True)
+        schedule, ptx, kernels_ir = compile_update_module(
+            module, chip=chip, features=features, block=block, opt_level=opt_level,
+            times=timer.times)
+    t0 = time.perf_counter()
+    manifest, files = build_manifest(schedule, ptx, source_text=source_text,
+                                     kernels_ir=kernels_ir, chip=chip, features=features,
+                                     block=block, opt_level=opt_level)
+    expect = [(list(t.shape), _TORCH_NAMES[t.dtype]) for t in inputs]
+    _check_specs("input", manifest["inputs"], expect)
+    names = [s["name"] for s in manifest["states"]]
+    missing = [n for n in traced.param_names if n not in names]
+    if missing:
+        raise LatchError(f"cuda target: parameters {missing} have no state slot")
+    manifest["param_names"] = list(traced.param_names)
+    manifest["options"] = {"target": "cuda", "precision": options.precision,
+                           "on_nonfinite": options.on_nonfinite}
+    manifest["memory"] = {"arena_bytes": schedule["arena_bytes"],
+                          "planned_arena_bytes": schedule["planned_arena_bytes"],
+                          "buffer_bytes": schedule.get("buffer_bytes", 0),
+                          "state_bytes": sum(s["bytes"] for s in schedule["states"])}
+    manifest["ops"] = {"before_lowering": counts_in}
+    timer.times["artifact"] = time.perf_counter() - t0
+    manifest = json.loads(json.dumps(manifest))
+    return CudaProgramHandle(manifest, files, {k: round(v, 4) for k, v in timer.times.items()})
+
+
+class CudaProgramHandle:
+    """What ``latch.compile(..., target="cuda")`` returns: the artifact in memory.
+
+    ``save(path)`` writes the ``.latch`` file (byte-identical for identical inputs: no
+    timings in it); ``report()`` summarizes it; ``manifest`` is the runtime's contract.
+    ``init``/``step`` run it through :mod:`latch.runtime` when this process has a GPU and
+    raise a :class:`LatchError` otherwise."""
+
+    def __init__(self, manifest: dict, files: dict[str, bytes], compile_seconds: dict):
+        self.manifest = manifest
+        self.files = files
+        self.compile_seconds = compile_seconds
+        self._runtime = None
+
+    def save(self, path) -> None:
+        from latch.artifact import write_artifact
+        write_artifact(path, self.manifest, self.files)
+
+    def runtime(self):
+        """The :class:`latch.runtime.program.CudaProgram` of this artifact (loads it)."""
+        if self._runtime is None:
+            try:
+                import torch
+                ok = torch.cuda.is_available()
+            except Exception:  # noqa: BLE001
+                ok = False
+            if not ok:
+                raise LatchError(NO_GPU_MESSAGE)
+            from latch.runtime.program import CudaProgram
+            self._runtime = CudaProgram(self.manifest, self.files)
+        return self._runtime
+
+    def init(self, model):
+        return self.runtime().init(model)
+
+    def step(self, state, *inputs):
+        return self.runtime().step(state, *inputs)
+
+    def report(self) -> str:
+        m = self.manifest
+        mem = m["memory"]
+        lines = [f"Latch program: target cuda ({m['target']['chip']}), precision "
+                 f"{m['options']['precision']}, {len(m['param_names'])} parameters, "
+                 f"{len(m['states'])} state tensors ({mem['state_bytes']:,} B)"]
+        lines.append("compile time per stage:")
+        for stage, sec in self.compile_seconds.items():
+            lines.append(f"  {stage:24s} {sec * 1e3:9.1f} ms")
+        if mem["buffer_bytes"]:
+            lines.append(f"memory plan: {mem['buffer_bytes']:,} B of temporaries in a planned "
+                         f"arena of {mem['planned_arena_bytes']:,} B "
+                         f"({mem['buffer_bytes'] / max(mem['planned_arena_bytes'], 1):.2f}x "
+                         f"reuse); arena with unshared slots {mem['arena_bytes']:,} B")
+        else:
+            lines.append(f"arena {mem['arena_bytes']:,} B (planned "
+                         f"{mem['planned_arena_bytes']:,} B)")
+        lines.append(f"kernels per update: {len(m['launches'])} launches of "
+                     f"{len(m['modules'])} kernel modules, {len(m['copies'])} state copies")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"CudaProgramHandle({len(self.manifest['launches'])} launches, arena "
+                f"{self.manifest['arena_bytes']} B)")

@@ -148,12 +148,27 @@ def test_tiny_moe_drops_slots():
     assert int(counts.max()) > C
 
 
+def test_cpu_pipeline_string_alone_runs_mlp(compiled):
+    """CPU_PIPELINE as one textual pipeline (no Python pass) on a graph without i1 buffers."""
+    name, c = compiled
+    if name != "mlp":
+        pytest.skip("the MLP graph has no boolean buffers")
+    exe = CpuExecutable(c["text"], "loss_and_grads", opt_level=0, pipeline=CPU_PIPELINE)
+    params = [p.detach().numpy() for p in c["model"].parameters()]
+    outs = exe(*params, *[x.numpy() for x in c["inputs"]])
+    for a, b in zip(outs, c["outs"]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 def test_cpu_pipeline_text():
+    from latch.pipeline import expand
+
     assert CPU_PIPELINE.startswith("builtin.module(")
-    for p in ("one-shot-bufferize", "bufferize-function-boundaries",
+    steps = " ".join(s if kind == "mlir" else s.name for kind, s in expand(CPU_PIPELINE))
+    for p in ("one-shot-bufferize", "bufferize-function-boundaries", "latch-plan-memory",
               "buffer-deallocation-pipeline", "convert-linalg-to-loops",
-              "reconcile-unrealized-casts"):
-        assert p in CPU_PIPELINE
+              "latch-widen-i1-memrefs", "reconcile-unrealized-casts"):
+        assert p in steps
 
 
 # ----------------------------------------------------------------------------- functions
@@ -222,3 +237,41 @@ def test_no_leak_across_calls(compiled):
     gc.collect()
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - r0
     assert grown_kb < 8 * 1024, grown_kb
+
+
+def _many_ops(x, y, i):
+    """One function touching many of the ops in SUPPORTED_OPS (forward only)."""
+    import torch.nn.functional as F
+    b = x > 0
+    return (
+        x.abs(), x.amax(1), x.amin(0), b.any(), b.any(1), b.all(0), x.argmax(1), x.argmin(1),
+        b | (y > 0), b ^ (y > 0), x.ceil(), x.floor(), torch.clamp(x, y, y + 1),
+        x.clamp(max=0.5), x.clamp(min=0.1), F.pad(x, (1, 2)), x.cos(), x.sin(),
+        torch.div(x, y.abs() + 1, rounding_mode="floor"), x.expm1(), x.abs().log1p(),
+        x >= y, x <= y, x != y, x.index_select(0, i), x[i], torch.maximum(x, y),
+        torch.minimum(x, y), x.min(1).values, x.abs().pow(y), torch.pow(2.0, x),
+        (x.abs() + 1).reciprocal(), x.relu(), x.remainder(2.0), x[1], x.sigmoid(), x.sign(),
+        x[:, 1:4], x.split(2, 1)[1], x.abs().sqrt(), x.tanh(), x.t(), torch.stack([x, y]),
+        x.repeat(2, 1), x.flip(0), x.isnan(), torch.linalg.vector_norm(x), x.cumsum(1),
+        x.topk(3, 1).values, x.topk(3, 1).indices,
+        torch.zeros(5, 6).index_add(0, torch.tensor([0, 4, 4, 1]), x),
+        torch.zeros(5, 6).index_put((i,), x[:3], accumulate=True),
+        torch.zeros(5, 6).scatter_add(0, (i.view(3, 1) + 1).expand(3, 6), x[:3]),
+        F.one_hot(i, 5), F.silu(x), F.softplus(x), F.logsigmoid(x), F.layer_norm(x, (6,)),
+        F.rms_norm(x, (6,)), x.var(1), x.softmax(1), x.log_softmax(1),
+        F.binary_cross_entropy_with_logits(x, y.sigmoid()), F.smooth_l1_loss(x, y),
+    )
+
+
+def test_many_ops_match_torch():
+    torch.manual_seed(3)
+    ex = (torch.randn(4, 6), torch.randn(4, 6), torch.tensor([0, 2, 3]))
+    f = compile_function(_many_ops, ex, opt_level=0)
+    got, want = f(*ex), _many_ops(*ex)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, k
+        if w.is_floating_point():
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=f"output {k}")
+        else:
+            assert torch.equal(g, w), k

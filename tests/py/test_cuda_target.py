@@ -300,9 +300,6 @@ def test_wrap_pass_without_block_reductions_is_all_serial():
     import latch.dialect
     from latch.passes.extract_launches import extract_launch_schedule
     from latch.pipeline import run_pipeline
-    from latch.targets.cuda import _register_passes
-
-    _register_passes()
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
         m = ir.Module.parse(_sgd_text())
@@ -311,3 +308,159 @@ def test_wrap_pass_without_block_reductions_is_all_serial():
         s = extract_launch_schedule(m.operation)
     assert len(s["launches"]) == 9
     assert sum(launch["block"] == [32, 1, 1] for launch in s["launches"]) == 3
+
+
+def test_materialized_arena_maps_to_the_same_offsets():
+    """latch-plan-memory{materialize=true} (views of one arena alloc) gives the same schedule."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.passes.extract_launches import extract_launch_schedule
+    from latch.pipeline import run_pipeline
+
+    schedules = []
+    for extra in ("", ", latch-plan-memory{materialize=true}"):
+        with ir.Context() as ctx, ir.Location.unknown():
+            latch.dialect.load(ctx)
+            m = ir.Module.parse(_sgd_text())
+            run_pipeline(m, f"builtin.module(latch-lower-rules, latch-bufferize{extra}, "
+                            "latch-wrap-host-compute, latch-form-kernels)")
+            schedules.append(extract_launch_schedule(m.operation))
+    plain, materialized = schedules
+    assert materialized["arena_bytes"] == plain["arena_bytes"]
+    assert materialized["launches"] == plain["launches"]
+    assert materialized["copies"] == plain["copies"]
+
+
+# -- latch.compile(model, rule, inputs, target="cuda") on the fast-example models ---------
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+
+_MODEL_NAMES = ("mlp", "char_lm", "tiny_moe")
+
+
+def _adamw_clip():
+    from latch import optim
+    return optim.clip_grad_norm(0.5, optim.AdamW(optim.warmup_cosine(1e-2, 2, 6, 0.1),
+                                                 betas=(0.9, 0.95), weight_decay=0.1))
+
+
+@pytest.fixture(scope="module")
+def cuda_models():
+    """{name: (model, example inputs, CudaProgramHandle)}: each model compiled once."""
+    import latch
+    from models import MODELS
+
+    out = {}
+    for name in _MODEL_NAMES:
+        model, example = MODELS[name](seed=0)
+        out[name] = (model, example, latch.compile(model, _adamw_clip(), example,
+                                                   target="cuda"))
+    return out
+
+
+def _locations(launch):
+    return [a for a in launch["args"] if a["type"] == "ptr"]
+
+
+@pytest.mark.parametrize("name", _MODEL_NAMES)
+def test_model_compiles_for_cuda_with_a_sane_manifest(cuda_models, name):
+    model, example, prog = cuda_models[name]
+    m = prog.manifest
+    assert m["kind"] == "cuda-update" and m["launches"]
+    assert m["arena_bytes"] >= m["planned_arena_bytes"] > 0
+    assert m["memory"]["buffer_bytes"] >= m["planned_arena_bytes"]
+    # the state: every parameter under its model name, with the model's shape
+    states = {s["name"]: s for s in m["states"]}
+    params = dict(model.named_parameters())
+    assert m["param_names"] == list(params)
+    for n, p in params.items():
+        assert states[n]["kind"] == "param" and states[n]["shape"] == list(p.shape)
+        assert f"{n}.exp_avg" in states and f"{n}.exp_avg_sq" in states
+    assert states["step"]["dtype"] == "i64"
+    assert [(i["shape"], i["dtype"]) for i in m["inputs"]] == [
+        (list(x.shape), {"torch.float32": "f32", "torch.int64": "i64"}[str(x.dtype)])
+        for x in example]
+    assert [(o["shape"], o["dtype"]) for o in m["outputs"]] == [([], "f32")]
+    # every argument resolves to a buffer of the right kind, inside it
+    sizes = {"state": [s["bytes"] for s in m["states"]],
+             "input": [s["bytes"] for s in m["inputs"]],
+             "output": [s["bytes"] for s in m["outputs"]]}
+    for launch in m["launches"]:
+        assert launch["module"] in m["modules"]
+        assert all(g >= 1 for g in launch["grid"] + launch["block"])
+        for a in launch["args"]:
+            assert a["type"] == "ptr" or "const" in a
+        for loc in _locations(launch):
+            kinds = [k for k in ("state", "input", "output", "arena") if k in loc]
+            assert len(kinds) == 1, loc
+            if kinds[0] == "arena":
+                assert 0 <= loc["arena"] < m["arena_bytes"]
+            else:
+                assert 0 <= loc[kinds[0]] < len(sizes[kinds[0]])
+                assert loc.get("byte_offset", 0) < sizes[kinds[0]][loc[kinds[0]]]
+    # every new state value is copied back into its state buffer
+    assert {c["dst"]["state"] for c in m["copies"] if "state" in c["dst"]} <= \
+        set(range(len(m["states"])))
+    assert len(m["modules"]) <= len(m["launches"])
+    for path in m["modules"].values():
+        assert prog.files[path].startswith(b"//") and b".entry" in prog.files[path]
+    report = prog.report()
+    assert "kernels per update" in report and "arena" in report
+
+
+def test_cuda_artifacts_are_byte_identical(cuda_models, tmp_path):
+    import latch
+    from models import make_mlp
+
+    model, example = make_mlp(seed=0)
+    again = latch.compile(model, _adamw_clip(), example, target="cuda")
+    a, b = tmp_path / "a.latch", tmp_path / "b.latch"
+    cuda_models["mlp"][2].save(a)
+    again.save(b)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def test_cuda_program_without_gpu_raises_a_clear_error(cuda_models, tmp_path):
+    import latch
+
+    model, example, prog = cuda_models["mlp"]
+    path = tmp_path / "mlp.latch"
+    prog.save(path)
+    if _has_gpu():
+        state = prog.init(model)
+        assert math.isfinite(prog.step(state, *example)) and state.step == 1
+        loaded = latch.load(path)
+        state = loaded.init(model)
+        assert math.isfinite(loaded.step(state, *example))
+        return
+    with pytest.raises(latch.LatchError, match="compiled for cuda; run it on a machine "
+                                                "with a GPU via latch.load"):
+        prog.init(model)
+    with pytest.raises(latch.LatchError, match="compiled for cuda"):
+        prog.step(None, *example)
+    with pytest.raises(latch.LatchError, match="no CUDA GPU"):
+        latch.load(path)        # routed to latch.runtime, which needs a GPU
+
+
+def test_partition_every_compiles_for_cuda():
+    """latch.every's scf.if around the group's optimizer is if-converted (no host branch)."""
+    import latch
+    from latch import optim
+    from models import make_mlp
+
+    model, example = make_mlp(seed=0)
+    rule = optim.partition({"fc2.*": optim.every(2, optim.AdamW(3e-3)),
+                            "*": optim.SGD(0.05, momentum=0.9)})
+    prog = latch.compile(model, rule, example, target="cuda")
+    names = {s["name"] for s in prog.manifest["states"]}
+    assert {"fc2.weight.exp_avg", "fc1.weight.momentum_buffer"} <= names
+    assert any(s["kind"] == "grad_acc" for s in prog.manifest["states"])

@@ -31,7 +31,8 @@ def test_parse_element_with_options_and_nesting():
 def test_named_pipeline_expands_with_options():
     steps = expand("builtin.module(latch-kernels-to-ptx{chip=sm_90a})")
     assert steps == [("mlir", "gpu-lower-to-nvvm-pipeline{cubin-chip=sm_90a "
-                               "cubin-features=+ptx80 cubin-format=isa}")]
+                               "cubin-features=+ptx80 cubin-format=isa "
+                               "kernel-bare-ptr-calling-convention=true}")]
 
 
 def test_latch_to_ptx_is_the_composition_of_the_stages():
@@ -49,7 +50,7 @@ def test_pass_options_become_typed_fields():
 
 
 def test_bad_pass_option_names_the_valid_ones():
-    with pytest.raises(PipelineError, match=r"no option 'align' \(options: alignment\)"):
+    with pytest.raises(PipelineError, match=r"no option 'align' \(options: alignment, materialize\)"):
         expand("latch-plan-memory{align=64}")
     with pytest.raises(PipelineError, match="expects int"):
         expand("latch-plan-memory{alignment=lots}")

@@ -272,6 +272,95 @@ def run_case(case: Case, timeout: float = TIMEOUT_S) -> Outcome:
                    time.perf_counter() - t0)
 
 
+#: Categories always run as their own subprocess by :func:`run_cases` (crash- and hang-prone).
+ISOLATED = frozenset({"nesting", "long-line", "binary", "nul"})
+
+
+def run_cases(cases: list[Case], timeout: float = TIMEOUT_S, jobs: int = 2,
+              batch: bool = True) -> dict[str, Outcome]:
+    """Outcomes of all ``cases``.  With ``batch``, ``jobs`` worker processes each run many
+    cases through latch-opt's ``main()`` in-process (one interpreter start-up instead of one
+    per case); a worker that dies (signal), stalls past ``timeout`` on a case or answers
+    garbage has every case it did not finish rerun as its own subprocess (:func:`run_case`),
+    so crashes and hangs are still seen, and attributed to the right case."""
+    import concurrent.futures
+    import json
+
+    results: dict[str, Outcome] = {}
+    batched = [c for c in cases if c.category not in ISOLATED] if batch else []
+    if batched:
+        shards = [batched[i::jobs] for i in range(jobs)]
+
+        def work(shard: list[Case]) -> None:
+            import selectors
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--batch"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+                env={**os.environ, "LATCH_DEBUG": ""})
+            proc.stdin.write(json.dumps([[str(c.path), *c.args] for c in shard]).encode())
+            proc.stdin.close()
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            fd, pending, done = proc.stdout.fileno(), b"", 0
+            while done < len(shard):
+                if b"\n" not in pending:
+                    if not sel.select(timeout):    # stalled on shard[done]: a hang
+                        break
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:                  # died (a crash) or exited early
+                        break
+                    pending += chunk
+                    continue
+                line, pending = pending.split(b"\n", 1)
+                try:
+                    rec = json.loads(line)
+                    results[shard[done].name] = Outcome(rec["rc"], rec["stderr"], rec["s"])
+                except (ValueError, KeyError):
+                    break
+                done += 1
+            if proc.poll() is None and done < len(shard):
+                proc.kill()
+            proc.wait()
+            sel.close()
+
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(work, shards))
+    rest = sorted((c for c in cases if c.name not in results),
+                  key=lambda c: -c.path.stat().st_size)     # the slow ones first
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for case, out in zip(rest, pool.map(lambda c: run_case(c, timeout), rest)):
+            results[case.name] = out
+    return results
+
+
+def _batch_main() -> None:
+    """Child of :func:`run_cases`: argv lists on stdin, one JSON outcome per line on stdout."""
+    import contextlib
+    import io
+    import json
+
+    from latch.cli import latch_opt
+
+    out = sys.stdout
+    for argv in json.loads(sys.stdin.read()):
+        err = io.StringIO()
+        t0 = time.perf_counter()
+        sys.argv = ["latch-opt", *argv]
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                latch_opt.main()            # exactly what the console script runs
+                rc = 0
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:  # noqa: BLE001 - escaped main(): what Python would print
+                import traceback
+                err.write(traceback.format_exc())
+                rc = 1
+        out.write(json.dumps({"rc": rc, "stderr": err.getvalue(),
+                              "s": time.perf_counter() - t0}) + "\n")
+        out.flush()
+
+
 def located_error(case: Case, stderr: str) -> re.Match | None:
     return re.search(rf"^{re.escape(str(case.path))}:(\d+):(\d+): error: (.*)$", stderr, re.M)
 
@@ -309,3 +398,10 @@ def judge(case: Case, out: Outcome) -> dict:
         problems.append(f"the error does not name '{case.op}' op")
     return {"clear": not problems, "crash": crash or hang, "traceback": traceback,
             "hang": hang, "problems": problems}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--batch"]:
+        _batch_main()
+    else:
+        sys.exit("usage: corpus.py --batch  (used by run_cases); see bench/reliability.py")

@@ -106,3 +106,158 @@ func.func @copies(%a: memref<16xf32>, %s: memref<f32>) -> (memref<16xf32>, memre
   memref.copy %s, %t : memref<f32> to memref<f32>
   return %b, %t : memref<16xf32>, memref<f32>
 }
+
+// -----
+
+// A scalar computed by one wrapped run and used by a later one (the clip's running sum of
+// squares across per-tensor reductions) travels through a 0-d buffer: stored at the end
+// of the run that computes it, loaded again where it is used.
+#id = affine_map<(d0) -> (d0)>
+#all = affine_map<(d0) -> ()>
+// CHECK-LABEL: func.func @scalar_across_reductions(
+// CHECK: gpu.launch
+// CHECK: %[[SPILL:[a-z0-9_]+]] = memref.alloc() : memref<f32>
+// CHECK: scf.parallel
+// CHECK:   %[[VA:[0-9]+]] = memref.load %{{.*}}[] : memref<f32>
+// CHECK:   memref.store %[[VA]], %[[SPILL]][]
+// CHECK: } {latch.serial}
+// CHECK: gpu.launch
+// CHECK: scf.parallel
+// CHECK:   memref.load %[[SPILL]][]
+// CHECK:   arith.addf
+// CHECK: } {latch.serial}
+// KERNELS-LABEL: func.func @scalar_across_reductions(
+// KERNELS-NOT: scf.
+// KERNELS-COUNT-5: gpu.launch_func
+// KERNELS-NEXT: return
+func.func @scalar_across_reductions(%a: memref<64xf32>, %b: memref<64xf32>) -> memref<f32> {
+  %zero = arith.constant 0.0 : f32
+  %sa = memref.alloc() {latch.offset = 0 : i64} : memref<f32>
+  memref.store %zero, %sa[] : memref<f32>
+  linalg.generic {indexing_maps = [#id, #all], iterator_types = ["reduction"]} ins(%a : memref<64xf32>) outs(%sa : memref<f32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %acc, %x : f32
+    linalg.yield %s : f32
+  }
+  %va = memref.load %sa[] : memref<f32>
+  %sb = memref.alloc() {latch.offset = 256 : i64} : memref<f32>
+  memref.store %zero, %sb[] : memref<f32>
+  linalg.generic {indexing_maps = [#id, #all], iterator_types = ["reduction"]} ins(%b : memref<64xf32>) outs(%sb : memref<f32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %acc, %x : f32
+    linalg.yield %s : f32
+  }
+  %vb = memref.load %sb[] : memref<f32>
+  %t = arith.addf %va, %vb : f32
+  %out = memref.alloc() {latch.pinned} : memref<f32>
+  memref.store %t, %out[] : memref<f32>
+  return %out : memref<f32>
+}
+
+// -----
+
+// A reduction loop in front of a parallel one (a bias gradient) is moved inside, so that
+// the op becomes one kernel and not a host loop of kernels.
+#rp_in = affine_map<(d0, d1) -> (d0, d1)>
+#rp_out = affine_map<(d0, d1) -> (d1)>
+// CHECK-DAG: #[[IN:map[0-9]*]] = affine_map<(d0, d1) -> (d1, d0)>
+// CHECK-DAG: #[[OUT:map[0-9]*]] = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @bias_grad(
+// CHECK: linalg.generic {indexing_maps = [#[[IN]], #[[OUT]]], iterator_types = ["parallel", "reduction"]}
+// KERNELS-LABEL: func.func @bias_grad(
+// KERNELS-NOT: cf.
+// KERNELS-COUNT-2: gpu.launch_func
+// KERNELS-NEXT: return
+func.func @bias_grad(%g: memref<16x32xf32>) -> memref<32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %out = memref.alloc() {latch.pinned} : memref<32xf32>
+  linalg.fill ins(%zero : f32) outs(%out : memref<32xf32>)
+  linalg.generic {indexing_maps = [#rp_in, #rp_out], iterator_types = ["reduction", "parallel"]} ins(%g : memref<16x32xf32>) outs(%out : memref<32xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %acc, %x : f32
+    linalg.yield %s : f32
+  }
+  return %out : memref<32xf32>
+}
+
+// -----
+
+// Buffers of i1 become buffers of i8 (NVPTX cannot store i1): bodies truncate what they
+// read and extend what they yield.
+#id = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @mask(
+// CHECK: %[[M:[a-z0-9_]+]] = memref.alloc() {{.*}} : memref<8xi8>
+// CHECK: outs(%[[M]] : memref<8xi8>)
+// CHECK: %[[C:[0-9]+]] = arith.cmpf ogt
+// CHECK: %[[W:[0-9]+]] = arith.extui %[[C]] : i1 to i8
+// CHECK: linalg.yield %[[W]] : i8
+// CHECK: ins(%[[M]], %{{.*}} : memref<8xi8>, memref<8xf32>)
+// CHECK: ^bb0(%[[IN:[a-z0-9_]+]]: i8,
+// CHECK: %[[T:[0-9]+]] = arith.trunci %[[IN]] : i8 to i1
+// CHECK: arith.select %[[T]]
+func.func @mask(%x: memref<8xf32>) -> memref<8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %m = memref.alloc() {latch.offset = 0 : i64} : memref<8xi1>
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%x : memref<8xf32>) outs(%m : memref<8xi1>) {
+  ^bb0(%a: f32, %o: i1):
+    %c = arith.cmpf ogt, %a, %zero : f32
+    linalg.yield %c : i1
+  }
+  %out = memref.alloc() {latch.pinned} : memref<8xf32>
+  linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]} ins(%m, %x : memref<8xi1>, memref<8xf32>) outs(%out : memref<8xf32>) {
+  ^bb0(%c: i1, %a: f32, %o: f32):
+    %r = arith.select %c, %a, %zero : f32
+    linalg.yield %r : f32
+  }
+  return %out : memref<8xf32>
+}
+
+// -----
+
+// latch.every's scf.if around kernels is if-converted: the condition goes to a 0-d i8
+// flag, the branch's kernels run unconditionally into their own buffers, and the result
+// is a select copy `flag ? new : old`.
+#id = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @every(
+// CHECK: %[[FLAG:[a-z0-9_]+]] = memref.alloc() : memref<i8>
+// CHECK: scf.parallel
+// CHECK:   %[[DUE:[0-9]+]] = arith.cmpi eq
+// CHECK:   %[[W:[0-9]+]] = arith.extui %[[DUE]] : i1 to i8
+// CHECK:   memref.store %[[W]], %[[FLAG]][]
+// CHECK: } {latch.serial}
+// CHECK: %[[UPD:[a-z0-9_]+]] = memref.alloc() : memref<8xf32>
+// CHECK: linalg.generic {{.*}} outs(%[[UPD]] : memref<8xf32>)
+// CHECK: %[[NEW:[a-z0-9_]+]] = memref.alloc() : memref<8xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[FLAG]], %[[UPD]], %arg0 : memref<i8>, memref<8xf32>, memref<8xf32>) outs(%[[NEW]] : memref<8xf32>)
+// CHECK: arith.trunci
+// CHECK: arith.select
+// CHECK-NOT: scf.if
+// CHECK: return %[[NEW]],
+// KERNELS-LABEL: func.func @every(
+// KERNELS-NOT: scf.
+// KERNELS-NOT: cf.
+// KERNELS-COUNT-4: gpu.launch_func
+// KERNELS-NEXT: return
+func.func @every(%w: memref<8xf32>, %g: memref<8xf32>, %step: memref<i64>) -> (memref<8xf32>, memref<i64>) {
+  %c1 = arith.constant 1 : i64
+  %c2 = arith.constant 2 : i64
+  %c0 = arith.constant 0 : i64
+  %s = memref.load %step[] : memref<i64>
+  %s1 = arith.addi %s, %c1 : i64
+  %r = arith.remsi %s1, %c2 : i64
+  %due = arith.cmpi eq, %r, %c0 : i64
+  %new = scf.if %due -> (memref<8xf32>) {
+    %upd = memref.alloc() : memref<8xf32>
+    linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]} ins(%w, %g : memref<8xf32>, memref<8xf32>) outs(%upd : memref<8xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.subf %a, %b : f32
+      linalg.yield %d : f32
+    }
+    scf.yield %upd : memref<8xf32>
+  } else {
+    scf.yield %w : memref<8xf32>
+  }
+  %cnt = memref.alloc() {latch.pinned} : memref<i64>
+  memref.store %s1, %cnt[] : memref<i64>
+  return %new, %cnt : memref<8xf32>, memref<i64>
+}

@@ -1,22 +1,26 @@
 // RUN: latch-opt %S/../../../examples/mlir/sgd_update.mlir --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | FileCheck %s
 // RUN: latch-opt %S/../../../examples/mlir/sgd_update.mlir --pass-pipeline='builtin.module(latch-lower-rules, latch-bufferize)' | FileCheck %s --check-prefix=PLAN
+// RUN: latch-opt %S/../../../examples/mlir/sgd_update.mlir --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | grep -c '.visible .entry' | FileCheck %s --check-prefix=COUNT
 // A whole Latch program (state, update, clipping, schedule, SGD with momentum) goes all the
-// way to sm_90 PTX: the forward matmul, the residual, the loss, the gradient, the norm and
-// the fused optimizer step each become a kernel.
+// way to sm_90 PTX: every piece of it, including the scalar schedule, becomes a kernel.
 
+// COUNT: 11
 // CHECK: gpu.binary "update_kernel"
 // CHECK: .target sm_90
-// CHECK-COUNT-5: .visible .entry update_kernel(
-// The last kernel is the fused SGD-momentum step: buf' = m·buf + g; p' = p − lr·buf',
-// storing both the parameter and the buffer.
-// CHECK: gpu.binary "update_kernel_4"
+// Full reductions (the loss, the squared gradient norm) run as one block of 256 threads
+// combining partial sums with warp shuffles; the scalar code (clip coefficient, schedule)
+// runs in a one-thread kernel; the SGD-momentum step is one fused elementwise kernel:
+// buf' = m·buf + g; p' = p − lr·buf', storing both the parameter and the buffer.
+// CHECK: gpu.binary "update_kernel_6"
+// CHECK: .maxntid 256, 1, 1
+// CHECK: shfl.sync.bfly.b32
+// CHECK: gpu.binary "update_kernel_8"
 // CHECK: mul.rn.f32 [[MB:%r[0-9]+]],
 // CHECK: add.rn.f32 [[BUF:%r[0-9]+]],
 // CHECK: mul.rn.f32 [[STEP:%r[0-9]+]], {{%r[0-9]+}}, [[BUF]]
 // CHECK: sub.rn.f32 [[P:%r[0-9]+]], {{%r[0-9]+}}, [[STEP]]
 // CHECK: st.global.b32 [{{%rd[0-9]+}}], [[P]]
 // CHECK: st.global.b32 [{{%rd[0-9]+}}], [[BUF]]
-// CHECK-NOT: .entry
 
 // PLAN-LABEL: func.func @update(
 // PLAN-SAME: %{{.*}}: memref<64x16xf32>, %{{.*}}: memref<i64>, %{{.*}}: memref<64x16xf32>, %{{.*}}: memref<256x64xf32>, %{{.*}}: memref<256x16xf32>)
