@@ -115,20 +115,39 @@ def torch_autocast_reference(model, inputs):
 @pytest.mark.parametrize("name", ["mlp", "char_lm", "tiny_moe"])
 def test_bf16_autocast(name):
     """precision="bf16": matmuls in bf16 as torch.autocast does, fp32 master weights.
-    MLP and char LM: relative L2 vs the FP64 reference <= 0.08 (the numerics policy).
-    Mini TinyMoE: PyTorch's own autocast is 0.33 away from FP64 on some gradients (tiny
-    norm-weight gradients, routing), so it is checked against torch.autocast itself."""
+
+    The numerics policy: the loss and every gradient against the FP64 reference, relative
+    L2 <= 0.08 and no worse than 3x eager PyTorch bf16 (torch.autocast) on the same state.
+    "3x" gets an absolute slack of 0.005 (a tensor PyTorch gets to 0.002 may be 0.006 here:
+    bf16 rounding of a bias-gradient sum, far inside 0.08).  Where PyTorch's own bf16 error
+    already exceeds 0.08 (mini TinyMoE at this state: top-2 routing decisions flip under
+    bf16 rounding, which changes every gradient by ~0.2 for PyTorch and Latch alike), 0.08 is
+    unattainable for any bf16 program and only the 3x bound applies; those tensors are
+    printed, and the program is then also checked directly against torch.autocast."""
     c = build(name, precision="bf16")
     assert "bf16" in c["text"]
     assert all(o.dtype == np.float32 for o in c["outs"])
-    if name == "tiny_moe":
-        ref, limit = torch_autocast_reference(c["model"], c["inputs"]), 0.05
-    else:
-        ref, limit = reference_fp64(c["model"], c["inputs"]), 0.08
-    errs = [rel_l2(a, b) for a, b in zip(c["outs"], ref)]
-    print(f"\n{name} bf16: worst relative L2 {max(errs):.3e}; "
-          f"timings {TIMINGS.get((name, 'bf16'))}")
-    assert max(errs) <= limit
+    fp64 = reference_fp64(c["model"], c["inputs"])
+    eager = torch_autocast_reference(c["model"], c["inputs"])
+    names = ["loss"] + [n for n, _ in c["model"].named_parameters()]
+    bad, beyond = {}, {}
+    for n, got, ref, tb in zip(names, c["outs"], fp64, eager):
+        ours, theirs = rel_l2(got, ref), rel_l2(tb, ref)
+        if ours > 3 * theirs + 0.005:
+            bad[n] = (ours, theirs)
+        elif ours > 0.08:
+            if theirs > 0.08:
+                beyond[n] = (ours, theirs)
+            else:
+                bad[n] = (ours, theirs)
+    worst = max(rel_l2(g, r) for g, r in zip(c["outs"], fp64))
+    print(f"\n{name} bf16: worst relative L2 vs fp64 {worst:.3e}; beyond 0.08 where torch "
+          f"bf16 is too (latch, torch): {beyond}")
+    assert not bad, f"(latch, torch bf16) relative L2 vs fp64: {bad}"
+    if beyond:
+        same = max(rel_l2(g, t) for g, t in zip(c["outs"], eager))
+        print(f"{name} bf16: worst relative L2 vs torch.autocast {same:.3e}")
+        assert same <= 0.05
 
 
 def test_tiny_moe_drops_slots():
