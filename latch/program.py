@@ -52,6 +52,10 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
     input_types = [mlir_tensor_type(t.shape, t.dtype) for t in inputs]
     with timer("latch"):
         program_text = build_update_module(params, rule, input_types)
+    dump_to = dump_dir()
+    if dump_to:
+        _dump(dump_to, "update-trace.txt", traced.graph_text)
+        _dump(dump_to, "update-linalg.mlir", linalg_text)
 
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
@@ -65,6 +69,8 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
             timer.times[r.stage] = r.seconds
         lowered = module.operation.get_asm(print_generic_op_form=True)
         memory = {"arena_bytes": 0, "buffer_bytes": 0}
+    if dump_to:   # the input of the cpu stages: replay with latch-bufferize-host etc.
+        _dump(dump_to, "update-01-latch-bufferize-host.mlir", lowered)
 
     manifest = {
         "format": "latch-program/1",
@@ -85,6 +91,14 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
     timer.times["buffers+llvm+jit"] = time.perf_counter() - t0
     manifest["compile_seconds"] = {k: round(v, 4) for k, v in timer.times.items()}
     return program
+
+
+def _dump(folder: str, name: str, text: str) -> None:
+    import os
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(text)
 
 
 def _append_functions(module, imported) -> None:

@@ -137,3 +137,26 @@ def test_report_shows_stages_and_memory(mlp_program):
     for stage in ("trace", "linalg", "latch-lower-rules"):
         assert stage in text
     assert "memory plan" in text
+
+
+def test_stages_dump_and_replay_with_latch_opt(tmp_path, monkeypatch):
+    """LATCH_DUMP_DIR: every stage's input is written and replays with latch-opt."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("LATCH_DUMP_DIR", str(tmp_path))
+    model, inputs = make_mlp(seed=2)
+    latch.compile(model, optim.SGD(0.1, momentum=0.9), inputs)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["update-00-latch-lower-rules.mlir", "update-01-latch-bufferize-host.mlir",
+                     "update-linalg.mlir", "update-trace.txt"]
+    lowered = (tmp_path / "update-01-latch-bufferize-host.mlir").read_text()
+    for name, stage in [("update-00-latch-lower-rules.mlir", "latch-lower-rules"),
+                        ("update-01-latch-bufferize-host.mlir", "latch-bufferize-host"),
+                        ("update-linalg.mlir", "latch-to-llvm")]:
+        proc = subprocess.run([sys.executable, "-m", "latch.cli.latch_opt", str(tmp_path / name),
+                               f"--pass-pipeline=builtin.module({stage})",
+                               "--mlir-print-op-generic"], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        if stage == "latch-lower-rules":
+            assert proc.stdout.strip() == lowered.strip()
