@@ -28,6 +28,9 @@ def latch_rule(config: str, every_pattern: str):
     if config == "partition_every":
         return optim.partition({every_pattern: optim.every(2, optim.AdamW(3e-3)),
                                 "*": optim.SGD(0.05, momentum=0.9)})
+    if config == "selective_updates":   # WORKLOADS.md: experts step every 16th microbatch
+        adamw = optim.AdamW(3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        return optim.partition({every_pattern: optim.every(16, adamw), "*": adamw})
     raise KeyError(config)
 
 
@@ -82,12 +85,19 @@ def train_torch(model, config: str, batches, every_pattern: str = "", dtype=torc
             states[f"{n}.exp_avg"] = opt.state[params[n]]["exp_avg"]
             states[f"{n}.exp_avg_sq"] = opt.state[params[n]]["exp_avg_sq"]
 
-    elif config == "partition_every":
+    elif config in ("partition_every", "selective_updates"):
         slow = [n for n in names if fnmatch.fnmatchcase(n, every_pattern)]
         fast = [n for n in names if n not in slow]
         assert slow and fast, "the pattern must split the parameters"
-        opt_slow = torch.optim.AdamW([params[n] for n in slow], lr=3e-3)
-        opt_fast = torch.optim.SGD([params[n] for n in fast], lr=0.05, momentum=0.9)
+        if config == "partition_every":
+            period = 2
+            opt_slow = torch.optim.AdamW([params[n] for n in slow], lr=3e-3)
+            opt_fast = torch.optim.SGD([params[n] for n in fast], lr=0.05, momentum=0.9)
+        else:
+            period = 16
+            kw = dict(lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+            opt_slow = torch.optim.AdamW([params[n] for n in slow], **kw)
+            opt_fast = torch.optim.AdamW([params[n] for n in fast], **kw)
         acc = {n: torch.zeros_like(params[n]) for n in slow}
         for i, batch in enumerate(batches, 1):
             m.zero_grad()
@@ -96,16 +106,20 @@ def train_torch(model, config: str, batches, every_pattern: str = "", dtype=torc
             opt_fast.step()
             for n in slow:
                 acc[n] += params[n].grad
-            if i % 2 == 0:
+            if i % period == 0:
                 for n in slow:
-                    params[n].grad = acc[n] / 2
+                    params[n].grad = acc[n] / period
                 opt_slow.step()
                 for n in slow:
                     acc[n].zero_()
             losses.append(loss.item())
         for n in fast:
-            states[f"{n}.momentum_buffer"] = opt_fast.state[params[n]]["momentum_buffer"]
+            st = opt_fast.state[params[n]]
+            for key in ("momentum_buffer", "exp_avg", "exp_avg_sq"):
+                if key in st:
+                    states[f"{n}.{key}"] = st[key]
         for n in slow:
+            states[f"{n}.grad_acc"] = acc[n].clone()
             if opt_slow.state[params[n]]:
                 states[f"{n}.exp_avg"] = opt_slow.state[params[n]]["exp_avg"]
                 states[f"{n}.exp_avg_sq"] = opt_slow.state[params[n]]["exp_avg_sq"]
