@@ -5,7 +5,7 @@
 Loads the artifact, initializes the state from ``<w>.ref.npz`` (as bench/gpu_models.py),
 zeroes the arena, then runs the launch list of one step one kernel at a time, synchronizing
 after each: prints the first launch that faults and the first launches after which new
-non-finite float32 values appear in the arena, a state or an output buffer.
+NaN float32 values appear in the arena, a state or an output buffer.
 """
 from __future__ import annotations
 
@@ -45,14 +45,14 @@ def main(path, limit=8):
     arena = torch.as_tensor(_Raw(prog.arena.ptr, prog.arena.nbytes), device="cuda")
 
     def bad_counts():
-        out = {"arena": int((~torch.isfinite(arena[: arena.numel() // 4 * 4].view(torch.float32))).sum())}
+        out = {"arena": int(torch.isnan(arena[: arena.numel() // 4 * 4].view(torch.float32)).sum())}
         for b in prog.state_buffers + prog.output_buffers:
             if b.spec["dtype"] == "f32" and b.nbytes:
-                out[b.label] = int((~torch.isfinite(b.view())).sum())
+                out[b.label] = int(torch.isnan(b.view()).sum())
         return out
 
     before = bad_counts()
-    print("non-finite before:", {k: v for k, v in before.items() if v})
+    print("NaN before:", {k: v for k, v in before.items() if v})
     reported = 0
     for i, launch in enumerate(prog.launches):
         try:
@@ -66,7 +66,7 @@ def main(path, limit=8):
         grew = {k: (before.get(k, 0), v) for k, v in now.items() if v > before.get(k, 0)}
         if grew and reported < limit:
             print(f"launch {i} {launch.what} grid={launch.grid} block={launch.block}: "
-                  f"non-finite grew {grew}")
+                  f"NaN grew {grew}")
             print("  args:", launch.spec["args"])
             reported += 1
         before = now

@@ -117,6 +117,7 @@ class WrapHostCompute(ModulePass):
             _splat_globals_to_fills(module, body)
             _if_convert(body)
             _fold_scalar_constants(body)
+            _fix_fpowi(func_op)
             _widen_i1_buffers(func_op)
             _rewrite_copies(body)
             _reductions_innermost(body)
@@ -442,6 +443,36 @@ def _fold_scalar_constants(body) -> None:
         with ir.InsertionPoint(op), op.location:
             c = ir.Operation.create("arith.constant", [t], attributes={"value": attr})
         op.results[0].replace_all_uses_with(c.results[0])
+        op.erase()
+
+
+def _fix_fpowi(func_op) -> None:
+    """``math.fpowi %x, %n : f32, i64`` (torch's ``x.pow(2)``): the NVVM lowering calls
+    libdevice's ``__nv_powif(float, int)`` with a 64-bit exponent, so the kernel reads a
+    garbage exponent (NaN losses on the GPU).  A constant exponent 2 becomes ``x * x`` (exact,
+    as on the CPU); any other i64 exponent is truncated to i32 first."""
+    from mlir import ir
+
+    i32 = ir.IntegerType.get_signless(32)
+    for op in list(_walk(func_op)):
+        if op.name != "math.fpowi":
+            continue
+        x, n = op.operands[0], op.operands[1]
+        owner = n.owner
+        value = None
+        if not hasattr(owner, "arguments") and _op(owner).name == "arith.constant":
+            value = int(ir.IntegerAttr(_op(owner).attributes["value"]).value)
+        with ir.InsertionPoint(op), op.location:
+            if value == 2:
+                new = ir.Operation.create("arith.mulf", [x.type], [x, x]).result
+            elif value == 1:
+                new = x
+            elif str(n.type) != "i32":
+                n32 = ir.Operation.create("arith.trunci", [i32], [n]).result
+                new = ir.Operation.create("math.fpowi", [x.type], [x, n32]).result
+            else:
+                continue
+        op.results[0].replace_all_uses_with(new)
         op.erase()
 
 
