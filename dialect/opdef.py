@@ -145,6 +145,8 @@ class Rule:
 GENERIC_RULES = {
     "unknown-op": "a `latch.*` op is one of the ops of this reference.",
     "unregistered-op": "an op of another dialect is registered (its dialect is loaded).",
+    "unregistered-type": "no operand, result, block argument or attribute uses a type or "
+                         "attribute of a dialect that is not loaded (`!foo.bar`, `#foo.baz`).",
     "parent": "ops with a fixed parent (`latch.state`, `latch.update`: the module; "
               "`latch.return`: `latch.update`; `latch.yield`: `latch.every`/`loop`/`scan`) "
               "are directly inside it.",

@@ -97,7 +97,66 @@ def _visit(op: ir.Operation, env: VerifyEnv, scoped: set, visible: set) -> None:
             visible.difference_update(added)
 
 
+def _opaque_in_type(t) -> str | None:
+    """The first type of an unloaded dialect inside ``t`` (printed), or None."""
+    if t.typeid == ir.OpaqueType.static_typeid:
+        return str(t)
+    if isinstance(t, ir.ShapedType) or hasattr(t, "element_type"):
+        try:
+            return _opaque_in_type(ir.ShapedType(t).element_type)
+        except (ValueError, TypeError):
+            return None
+    if t.typeid == ir.FunctionType.static_typeid:
+        ft = ir.FunctionType(t)
+        for inner in list(ft.inputs) + list(ft.results):
+            found = _opaque_in_type(inner)
+            if found:
+                return found
+    return None
+
+
+def _opaque_in_attr(a) -> str | None:
+    if a.typeid == ir.OpaqueAttr.static_typeid:
+        return str(a)
+    if a.typeid == ir.TypeAttr.static_typeid:
+        return _opaque_in_type(ir.TypeAttr(a).value)
+    if a.typeid == ir.ArrayAttr.static_typeid:
+        for inner in ir.ArrayAttr(a):
+            found = _opaque_in_attr(inner)
+            if found:
+                return found
+    if a.typeid == ir.DictAttr.static_typeid:
+        d = ir.DictAttr(a)
+        for i in range(len(d)):
+            found = _opaque_in_attr(d[i].attr)
+            if found:
+                return found
+    return None
+
+
+def _check_unloaded_types(op: ir.Operation) -> None:
+    """latch.dialect.load() allows unregistered dialects (the latch ops need it), so MLIR
+    would accept `!foo.bar` anywhere; reject it like an unknown op."""
+    values = [("operand", v.type) for v in op.operands] + [("result", v.type) for v in op.results]
+    for region in op.regions:
+        for block in region.blocks:
+            values += [("block argument", a.type) for a in block.arguments]
+    for what, t in values:
+        found = _opaque_in_type(t)
+        if found:
+            raise Violation(op, "unregistered-type", f"{what} type '{found}' belongs to a "
+                            "dialect that is not loaded")
+    attrs = op.attributes
+    for i in range(len(attrs)):
+        named = attrs[i]
+        found = _opaque_in_attr(named.attr)
+        if found:
+            raise Violation(op, "unregistered-type", f"attribute '{named.name}' uses "
+                            f"'{found}', of a dialect that is not loaded")
+
+
 def _check_op(op: ir.Operation, env: VerifyEnv) -> None:
+    _check_unloaded_types(op)
     if not _is_latch(op):
         if not op.context.is_registered_operation(op.name):
             raise Violation(op, "unregistered-op",

@@ -12,6 +12,25 @@
 
 // -----
 
+// expected-error @+1 {{'func.func' op block argument type '!foo.bar' belongs to a dialect that is not loaded}}
+func.func @f(%x: !foo.bar) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op attribute 'x' uses '#foo.baz<1>', of a dialect that is not loaded}}
+func.func private @g() attributes {x = #foo.baz<1>}
+
+// -----
+
+// expected-error @+1 {{'func.func' op block argument type '!foo.elt' belongs to a dialect that is not loaded}}
+func.func @h(%x: tensor<2x!foo.elt>) {
+  return
+}
+
+// -----
+
 "latch.update"() ({
 ^bb0(%l: tensor<f32>):
   // expected-error @+1 {{'latch.state' op expects parent op builtin.module, got latch.update}}
