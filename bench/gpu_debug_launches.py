@@ -5,7 +5,7 @@
 Loads the artifact, initializes the state from ``<w>.ref.npz`` (as bench/gpu_models.py),
 zeroes the arena, then runs the launch list of one step one kernel at a time, synchronizing
 after each: prints the first launch that faults and the first launches after which new
-NaN float32 values appear in the arena, a state or an output buffer.
+non-finite (NaN or inf) float32 values appear in the arena, a state or an output buffer.
 """
 from __future__ import annotations
 
@@ -45,14 +45,15 @@ def main(path, limit=8):
     arena = torch.as_tensor(_Raw(prog.arena.ptr, prog.arena.nbytes), device="cuda")
 
     def bad_counts():
-        out = {"arena": int(torch.isnan(arena[: arena.numel() // 4 * 4].view(torch.float32)).sum())}
+        a = arena[: arena.numel() // 4 * 4].view(torch.float32)
+        out = {"arena": int((~torch.isfinite(a)).sum())}
         for b in prog.state_buffers + prog.output_buffers:
             if b.spec["dtype"] == "f32" and b.nbytes:
-                out[b.label] = int(torch.isnan(b.view()).sum())
+                out[b.label] = int((~torch.isfinite(b.view())).sum())
         return out
 
     before = bad_counts()
-    print("NaN before:", {k: v for k, v in before.items() if v})
+    print("non-finite before:", {k: v for k, v in before.items() if v})
     reported = 0
     for i, launch in enumerate(prog.launches):
         try:
@@ -66,7 +67,7 @@ def main(path, limit=8):
         grew = {k: (before.get(k, 0), v) for k, v in now.items() if v > before.get(k, 0)}
         if grew and reported < limit:
             print(f"launch {i} {launch.what} grid={launch.grid} block={launch.block}: "
-                  f"NaN grew {grew}")
+                  f"non-finite grew {grew}")
             print("  args:", launch.spec["args"])
             reported += 1
         before = now
@@ -81,4 +82,4 @@ class _Raw:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(max([main(p) for p in sys.argv[1:]] or [0]))

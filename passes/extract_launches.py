@@ -17,7 +17,8 @@ Where buffers live (a *location*, one JSON object):
 
 Kernel arguments, in order, use the bare-pointer calling convention
 (``kernel-bare-ptr-calling-convention``): a memref argument is one device pointer (a
-location, ``"type": "ptr"``); a scalar is ``{"const": value, "type": "i64"|"i32"|"f32"|...}``
+location, ``"type": "ptr"``), the *base* pointer of the view: the kernel adds the static
+``offset`` of its memref type itself (checked to stay inside the buffer); a scalar is ``{"const": value, "type": "i64"|"i32"|"f32"|...}``
 (``index`` is ``i64``).  New state values are copied into the state buffers after the last
 launch (``copies``: ``{"src": location, "dst": {"state": i}, "bytes": n}``), so kernels always
 read the old state and write the new one elsewhere; a step is replayable as one CUDA graph.
@@ -178,8 +179,11 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
     def key(v):
         return v   # mlir.ir.Value hashes by the underlying value
 
+    # value -> (bytes of the buffer it is a view of, byte offset of its first element in it)
+    span: dict = {}
     for i, a in enumerate(block.arguments):
         loc[key(a)] = {"state": i} if i < S else {"input": i - S}
+        span[key(a)] = (arg_layouts[i]["bytes"], 0)
 
     # returned pinned allocations that are outputs live in the output buffers
     output_of: dict = {}
@@ -197,6 +201,7 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
         elif n in ("memref.alloc", "memref.alloca"):
             v = op.results[0]
             lay = _memref_layout(v.type, f"@{name}: {n}")
+            span[key(v)] = (lay["bytes"], 0)
             if key(v) in output_of:
                 loc[key(v)] = {"output": output_of[key(v)]}
             elif "latch.offset" in op.attributes:
@@ -220,10 +225,12 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
                 if "arena" in base:
                     base["arena"] += base.pop("byte_offset")
             loc[key(op.results[0])] = base
+            root_bytes, start = span.get(key(src), (None, 0))
+            span[key(op.results[0])] = (root_bytes, start + shift)
         elif n == "memref.dealloc":
             continue
         elif n == "gpu.launch_func":
-            launches.append(_launch(op, consts, loc, name))
+            launches.append(_launch(op, consts, loc, span, name))
         else:
             raise LatchError(
                 f"@{name}: host op '{n}' cannot be part of a launch schedule (only constants, "
@@ -289,7 +296,7 @@ def _view_shift(op, consts) -> int:
     return (offset - src_offset) * dtype_bytes(dtype_name(t.element_type))
 
 
-def _launch(op, consts, loc, fname) -> dict:
+def _launch(op, consts, loc, span, fname) -> dict:
     from mlir import ir
 
     view = op.opview
@@ -317,7 +324,8 @@ def _launch(op, consts, loc, fname) -> dict:
             if v not in loc:
                 raise LatchError(f"@{fname}: argument {i} of kernel {mod}::{fn} is a buffer "
                                  "the schedule does not know")
-            a = dict(loc[v])
+            a = _base_pointer(dict(loc[v]), v.type, span.get(v, (None, 0)),
+                              f"@{fname}: argument {i} of kernel {mod}::{fn}")
             a["type"] = "ptr"
             args.append(a)
         elif v in consts:
@@ -328,3 +336,36 @@ def _launch(op, consts, loc, fname) -> dict:
                              "computed on the host at run time; the schedule needs constants")
     return {"module": mod, "kernel": fn, "grid": grid, "block": block,
             "shared_bytes": shared_bytes, "args": args}
+
+
+def _base_pointer(a: dict, t, span, what: str) -> dict:
+    """The location of the *base* pointer of a memref kernel argument.  Under the bare-pointer
+    calling convention the kernel rebuilds its descriptor from the pointer and the static
+    layout of its type (``MemRefDescriptor::fromStaticShape``): it indexes ``ptr + offset +
+    sum(i_k * stride_k)`` with the type's static ``offset``.  ``loc`` of a view (a subview,
+    or a reshape of one, with ``offset: N`` in its type) is the address of its first
+    element, which already includes that offset; pass the base (``loc - offset``) so that
+    the offset is applied once.  Also checks that every element the type can address lies
+    inside the buffer the view comes from (``span``: (its bytes, the view's byte offset))."""
+    from mlir import ir
+
+    mt = ir.MemRefType(t)
+    strides, offset = mt.get_strides_and_offset()
+    eb = dtype_bytes(dtype_name(mt.element_type))
+    shift = offset * eb
+    if shift:
+        if "arena" in a:
+            a["arena"] -= shift
+        else:
+            a["byte_offset"] = a.get("byte_offset", 0) - shift
+            if not a["byte_offset"]:
+                del a["byte_offset"]
+    root_bytes, start = span
+    if root_bytes is not None and all(d > 0 for d in mt.shape):
+        base = start - shift
+        last = offset + sum((d - 1) * s for d, s in zip(mt.shape, strides))
+        if base < 0 or base + (last + 1) * eb > max(root_bytes, 0) or \
+                ("arena" in a and a["arena"] < 0):
+            raise LatchError(f"{what}: {t} addresses bytes [{base}, {base + (last + 1) * eb}) "
+                             f"of a buffer of {root_bytes} bytes")
+    return a

@@ -464,3 +464,56 @@ def test_partition_every_compiles_for_cuda():
     names = {s["name"] for s in prog.manifest["states"]}
     assert {"fc2.weight.exp_avg", "fc1.weight.momentum_buffer"} <= names
     assert any(s["kind"] == "grad_acc" for s in prog.manifest["states"])
+
+
+# a kernel reading the second half of a buffer through a subview (offset: 8 in its type)
+_OFFSET_VIEW = """
+func.func @f(%a: memref<2x16xf32>) -> memref<2x8xf32> {
+  %v = memref.subview %a[0, 8] [2, 8] [1, 1]
+      : memref<2x16xf32> to memref<2x8xf32, strided<[16, 1], offset: 8>>
+  %out = memref.alloc() : memref<2x8xf32>
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%v : memref<2x8xf32, strided<[16, 1], offset: 8>>) outs(%out : memref<2x8xf32>) {
+  ^bb0(%x: f32, %y: f32):
+    %d = arith.addf %x, %x : f32
+    linalg.yield %d : f32
+  }
+  return %out : memref<2x8xf32>
+}
+"""
+
+
+def test_views_with_an_offset_pass_the_base_pointer():
+    """Bare-pointer ABI: the kernel applies the static offset of its memref type itself
+    (MemRefDescriptor::fromStaticShape), so the launch passes the buffer's base pointer, not
+    the address of the view's first element (which would apply the offset twice: q/k/v
+    slices of the fused qkv read the wrong columns, NaN on the GPU)."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.passes.extract_launches import extract_launch_schedule
+    from latch.pipeline import run_pipeline
+
+    with ir.Context() as ctx, ir.Location.unknown():
+        latch.dialect.load(ctx)
+        m = ir.Module.parse(_OFFSET_VIEW)
+        run_pipeline(m, "builtin.module(latch-form-kernels)")
+        text = str(m)
+        s = extract_launch_schedule(m.operation)
+    assert "offset: 8>>" in text.split("gpu.module")[1]   # the kernel's type keeps it
+    (launch,) = s["launches"]
+    ptrs = _locations(launch)
+    assert ptrs[0] == {"input": 0, "type": "ptr"}, ptrs
+
+
+def test_a_view_beyond_its_buffer_is_a_clear_error():
+    from latch.errors import LatchError
+    from latch.passes.extract_launches import _base_pointer
+    from mlir import ir
+
+    with ir.Context():
+        t = ir.Type.parse("memref<2x8xf32, strided<[16, 1], offset: 8>>")
+        assert _base_pointer({"arena": 32}, t, (128, 32), "x") == {"arena": 0}
+        with pytest.raises(LatchError, match="addresses bytes"):
+            _base_pointer({"arena": 32}, t, (64, 32), "x")
