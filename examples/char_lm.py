@@ -1,8 +1,11 @@
 """Train a tiny character-level transformer LM with Latch, PyTorch alongside for comparison.
 
-    python examples/char_lm.py [--steps 200] [--target cpu|cuda]
+    python examples/char_lm.py [--steps 150] [--target cpu|cuda]
+    python examples/char_lm.py --target cuda --save char_lm.latch   # compile only (needs MLIR)
+    PYTHONPATH=. python examples/char_lm.py --load char_lm.latch    # GPU machine, runtime only
 
-The model is compiled once with ``latch.compile`` (AdamW, warmup+cosine schedule, global
+The default target is the GPU when one is present (and MLIR is there to compile for it),
+otherwise the CPU.  The model is compiled once with ``latch.compile`` (AdamW, warmup+cosine schedule, global
 norm clipping, one whole update per call) and trained on the text in examples/data; the same
 model and rule run in eager PyTorch from the same initial weights on the same batches, and
 both losses are printed side by side.
@@ -87,14 +90,15 @@ def progress(i: int, n: int, text: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=150)
-    ap.add_argument("--target", default=None, help="cpu or cuda (default: cuda when ready)")
+    ap.add_argument("--target", default=None, help="cpu or cuda (default: cuda with a GPU)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save", metavar="PATH", help="compile, save the program there and stop")
+    ap.add_argument("--load", metavar="PATH", help="run a saved program (no compiler needed)")
     args = ap.parse_args()
 
     import latch
-    from latch import optim
 
-    target = args.target or "cpu"
+    target = args.target or default_target()
     text = open(os.path.join(HERE, "data", "alice.txt")).read()
     vocab, seq, batch = len(set(text)), 32, 8
     peak, warmup, max_norm = 3e-3, 20, 1.0
@@ -107,14 +111,28 @@ def main() -> None:
     print(f"char-level LM: {n_params:,} parameters, vocab {vocab}, batch {batch} x {seq} "
           f"characters, {args.steps} updates of AdamW + warmup/cosine + clipping")
 
-    rule = optim.clip_grad_norm(max_norm, optim.AdamW(
-        optim.warmup_cosine(peak, warmup, args.steps, 0.1), betas=(0.9, 0.95), weight_decay=0.1))
-    x0, y0 = next(batches(text, seq, batch, 1, seed=args.seed))
-    t0 = time.perf_counter()
-    prog = latch.compile(model, rule, (x0, y0), target=target)
-    print(f"compiled for {target} in {time.perf_counter() - t0:.1f} s")
-    print(prog.report())
+    if args.load:
+        t0 = time.perf_counter()
+        prog = latch.load(args.load)
+        print(f"loaded {args.load} in {time.perf_counter() - t0:.1f} s")
+    else:
+        from latch import optim
+        rule = optim.clip_grad_norm(max_norm, optim.AdamW(
+            optim.warmup_cosine(peak, warmup, args.steps, 0.1), betas=(0.9, 0.95),
+            weight_decay=0.1))
+        x0, y0 = next(batches(text, seq, batch, 1, seed=args.seed))
+        t0 = time.perf_counter()
+        prog = latch.compile(model, rule, (x0, y0), target=target)
+        print(f"compiled for {target} in {time.perf_counter() - t0:.1f} s")
+        print(prog.report())
+        if args.save:
+            prog.save(args.save)
+            print(f"saved to {args.save}; run it with: PYTHONPATH=. python "
+                  f"examples/char_lm.py --load {args.save} --steps {args.steps}")
+            return
+    device = "cuda" if prog.manifest.get("kind") == "cuda-update" else "cpu"
     state = prog.init(model)
+    reference.to(device)
 
     opt = torch.optim.AdamW(reference.parameters(), lr=peak, betas=(0.9, 0.95), weight_decay=0.1)
 
@@ -128,6 +146,7 @@ def main() -> None:
     t_latch = t_torch = 0.0
     rows = []
     for i, (x, y) in enumerate(batches(text, seq, batch, args.steps, seed=args.seed + 1), 1):
+        x, y = x.to(device), y.to(device)
         t = time.perf_counter()
         l_latch = prog.step(state, x, y)
         t_latch += time.perf_counter() - t
@@ -142,12 +161,24 @@ def main() -> None:
         if i == 1 or i % max(1, args.steps // 8) == 0 or i == len(rows):
             print(f"{i:6d} {a:11.4f} {b:11.4f}")
     diffs = [abs(a - b) / max(abs(b), 1e-12) for _, a, b in rows]
-    drift = max(abs(p - q.detach()).max().item() for p, q in
+    drift = max(abs(p.cpu() - q.detach().cpu()).max().item() for p, q in
                 zip(state.parameters().values(), reference.parameters()))
     print(f"max relative loss difference {max(diffs):.2e}; max parameter difference after "
           f"{args.steps} updates {drift:.2e}")
-    print(f"time per update: latch {1e3 * t_latch / args.steps:.2f} ms, "
-          f"torch eager {1e3 * t_torch / args.steps:.2f} ms (CPU, {torch.get_num_threads()} threads)")
+    where = (torch.cuda.get_device_name() if device == "cuda"
+             else f"CPU, {torch.get_num_threads()} threads")
+    print(f"time per update (wall, including the first steps): latch "
+          f"{1e3 * t_latch / args.steps:.2f} ms, torch eager {1e3 * t_torch / args.steps:.2f} ms "
+          f"({where})")
+
+
+def default_target() -> str:
+    """cuda when a GPU is present and the compiler can run here, else cpu."""
+    try:
+        import mlir  # noqa: F401
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@
 __version__ = "0.1.0"
 
 from latch.errors import LatchError, NonFiniteError, PipelineError, UnsupportedOpError  # noqa: E402
+from latch.control import repeat, scan  # noqa: E402
 
 __all__ = ["compile", "load", "optim", "LatchError", "UnsupportedOpError", "NonFiniteError",
-           "PipelineError", "__version__"]
+           "PipelineError", "__version__", "scan", "repeat", "load_state"]
 
 
 def compile(model, rule, example_inputs, target="cpu", precision="fp32", **kwargs):
@@ -30,6 +31,13 @@ def load(path):
         return Program(manifest, files["program.mlir"].decode())
     from latch.function import CompiledFunction
     return CompiledFunction.from_artifact(manifest, files)
+
+
+def load_state(path, program):
+    """Load a training-state checkpoint written by ``state.save(path)`` into a new state of
+    ``program`` (verified: format, version, per-tensor checksums, the program's layout)."""
+    from latch.checkpoint import load_state as _load_state
+    return _load_state(path, program)
 
 
 def __getattr__(name):

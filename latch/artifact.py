@@ -18,6 +18,9 @@ from latch.errors import LatchError
 
 FORMAT = "latch-artifact/1"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+# manifest keys that describe one compilation, not the program: never written (they would
+# make the artifacts of identical inputs differ)
+_VOLATILE = ("compile_seconds", "cache")
 
 
 def _version() -> str:
@@ -27,7 +30,7 @@ def _version() -> str:
 
 def write_artifact(path, manifest: dict, files: dict[str, bytes]) -> None:
     """Write atomically: a temporary file in the same folder, fsync, rename."""
-    manifest = dict(manifest)
+    manifest = {k: v for k, v in manifest.items() if k not in _VOLATILE}
     manifest["artifact"] = {"format": FORMAT, "latch_version": _version(),
                             "files": {n: hashlib.sha256(b).hexdigest()
                                       for n, b in sorted(files.items())}}

@@ -62,9 +62,14 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     if rule is None:
         from latch.function import compile_function
-        return compile_function(model, inputs, options)
-    if not isinstance(model, torch.nn.Module):
-        raise LatchError("a model compiled with a learning rule must be an nn.Module whose "
-                         "forward(*inputs) returns the loss (pass rule=None for a plain function)")
-    from latch.program import build_program
-    return build_program(model, rule, inputs, options)
+        build = lambda: compile_function(model, inputs, options)  # noqa: E731
+    else:
+        if not isinstance(model, torch.nn.Module):
+            raise LatchError("a model compiled with a learning rule must be an nn.Module whose "
+                             "forward(*inputs) returns the loss (pass rule=None for a plain "
+                             "function)")
+        from latch.program import build_program
+        build = lambda: build_program(model, rule, inputs, options)  # noqa: E731
+    # the persistent compile cache (latch/cache.py): trace, key, hit -> load, miss -> build
+    from latch.cache import cached_compile
+    return cached_compile(model, rule, inputs, options, build)

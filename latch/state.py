@@ -41,6 +41,10 @@ class TrainingState:
         for s, a in zip(self._slots, new_arrays):
             self._arrays[s["name"]] = a
 
+    def save(self, path) -> None:
+        """Checkpoint atomically; reload with ``latch.checkpoint.load_state(path, prog)``."""
+        from latch.checkpoint import save_state; save_state(self, path)  # noqa: E702
+
     def __repr__(self) -> str:
         kinds = {}
         for s in self._slots:

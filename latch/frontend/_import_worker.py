@@ -27,6 +27,11 @@ def serve() -> None:
     inp = sys.stdin.buffer
     from latch.frontend import _graph_io
     from latch.frontend.importer import lower_graph_module
+    # load torch-mlir before the first request arrives (start_worker() overlaps this with
+    # the parent's tracing)
+    import torch_mlir.dialects.torch  # noqa: F401
+    import torch_mlir.extras.fx_importer  # noqa: F401
+    import torch_mlir.passmanager  # noqa: F401
     while True:
         hdr = _read_exact(inp, 8)
         if hdr is None:

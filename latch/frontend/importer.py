@@ -185,6 +185,16 @@ _WORKER: _Worker | None = None
 _WORKER_LOCK = __import__("threading").Lock()
 
 
+def start_worker() -> None:
+    """Start the import worker now unless it runs: its start-up (importing torch and
+    torch-mlir, seconds) then overlaps with tracing in this process (``latch.compile``
+    calls this before it traces a graph that will need importing)."""
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None or not _WORKER.alive():
+            _WORKER = _Worker()
+
+
 def _lower_isolated(gm, func_name: str) -> dict:
     """:func:`lower_graph_module` in a child process (see :mod:`latch.frontend._graph_io`
     for why torch-mlir must not share a process with upstream MLIR's JIT)."""
@@ -210,6 +220,13 @@ def import_to_linalg(traced: TracedGraph, func_name: str = "loss_and_grads",
     use upstream MLIR's ExecutionEngine afterwards; ``isolate=False`` runs it here (faster,
     but then upstream's JIT no longer resolves external symbols in this process).
     """
+    from latch.frontend import structured   # latch.structured hook: scan/repeat as loops
+    if structured.has_structured(traced):
+        text = structured.import_structured(
+            traced, func_name, _lower_isolated if isolate else lower_graph_module,
+            check_supported)
+        verify_upstream(text)
+        return text
     check_supported(traced)
     res = (_lower_isolated if isolate else lower_graph_module)(traced.graph_module, func_name)
     if not res["ok"]:

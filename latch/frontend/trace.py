@@ -22,6 +22,7 @@ Tracing is deterministic: the same model and input shapes give the same graph te
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import traceback
 import dataclasses
@@ -112,6 +113,27 @@ def _check_inputs(example_inputs: tuple):
                              "pass only tensors (bake other arguments into the model)")
 
 
+def _check_input_dtypes(params, example_inputs):
+    """Floating example inputs must have the parameters' floating dtype (eager PyTorch
+    rejects e.g. a float64 batch through float32 Linear layers; fake tracing does not)."""
+    dtypes = {p.dtype for p in params if p.is_floating_point()}
+    if len(dtypes) != 1:
+        return
+    (want,) = dtypes
+    for i, x in enumerate(example_inputs):
+        if x.is_floating_point() and x.dtype != want:
+            raise LatchError(f"example input {i} is {x.dtype} but the model's parameters are "
+                             f"{want}; cast the inputs (x.to({want})) or the model")
+
+
+def _signature(fn, name: str) -> str:
+    import inspect
+    try:
+        return f"{name}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return name
+
+
 @contextlib.contextmanager
 def _full_stack_traces():
     """make_fx keeps only frames named ``forward`` in node stack traces; keep them all (the
@@ -145,8 +167,35 @@ def _data_dependent_errors():
 _DATA_DEPENDENT = _data_dependent_errors()
 
 
-def _make_fx(fn: Callable, args: Sequence[torch.Tensor], precision: str):
+def _describe(args: Sequence[torch.Tensor]) -> str:
+    return ", ".join(f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}" for t in args)
+
+
+def _user_frame(tb) -> str | None:
+    """``file:line: code`` of the innermost traceback frame outside torch and Latch."""
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+    frames = [f for f in traceback.extract_tb(tb)
+              if not f.filename.startswith(skip) and not f.filename.startswith("<")]
+    if not frames:
+        return None
+    f = frames[-1]
+    return f"at {f.filename}:{f.lineno}: {(f.line or '').strip()}"
+
+
+class _DropLogs:
+    """A logging filter that drops every record (fake-tensor mode logs a full traceback at
+    ERROR level before raising; the error Latch raises already carries its message)."""
+    @staticmethod
+    def filter(record):
+        return False
+
+
+def _make_fx(fn: Callable, args: Sequence[torch.Tensor], precision: str,
+             user_args: Sequence[torch.Tensor] = (), signature: str = ""):
+    import logging
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     with tracing_context(precision), _full_stack_traces():
+        fake_log.addFilter(_DropLogs)
         try:
             gm = make_fx(fn, decomposition_table=decomposition_table(),
                          tracing_mode="fake", record_stack_traces=True,
@@ -158,6 +207,22 @@ def _make_fx(fn: Callable, args: Sequence[torch.Tensor], precision: str):
                 diagnostics=[str(e).splitlines()[0],
                              "hint: compute with masks (torch.where) instead of .item(), "
                              "boolean indexing or nonzero()"]) from None
+        except LatchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the model failed on the example inputs
+            where = _user_frame(e.__traceback__)
+            first = (str(e).strip().splitlines() or [""])[0]
+            err = LatchError(
+                f"tracing {signature or 'the model'} on the example inputs failed: "
+                f"{type(e).__name__}: {first}",
+                diagnostics=([where] if where else []) + [
+                    f"example inputs: ({_describe(user_args)})",
+                    "hint: example_inputs must be one real batch: as many tensors as "
+                    "forward() takes, with the shapes and dtypes the model expects"])
+            err.original = e
+            raise err from None
+        finally:
+            fake_log.removeFilter(_DropLogs)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     _functionalize_leftover_inplace(gm)
@@ -229,6 +294,35 @@ def _named_params(model: nn.Module):
     return names, params
 
 
+# ----------------------------------------------------------------------------- reuse
+_REUSE: contextvars.ContextVar = contextvars.ContextVar("latch_reuse_trace", default=None)
+
+
+@contextlib.contextmanager
+def reuse_trace(traced: "TracedGraph", fn, example_inputs):
+    """Within this block, tracing ``fn`` (the same object) on the same input tensors and
+    precision returns ``traced`` instead of tracing again: ``latch.compile`` traces once to
+    compute its cache key (latch.cache), then builds the program from that trace."""
+    token = _REUSE.set((traced, fn, tuple(_as_tuple(example_inputs))))
+    try:
+        yield
+    finally:
+        _REUSE.reset(token)
+
+
+def _reused(kind: str, fn, example_inputs, precision: str):
+    held = _REUSE.get()
+    if held is None:
+        return None
+    traced, held_fn, held_inputs = held
+    inputs = tuple(_as_tuple(example_inputs))
+    if (traced.kind == kind and held_fn is fn and traced.precision == precision
+            and len(inputs) == len(held_inputs)
+            and all(a is b for a, b in zip(inputs, held_inputs))):
+        return traced
+    return None
+
+
 # ----------------------------------------------------------------------------- API
 def trace_loss_and_grads(model: nn.Module, example_inputs, precision: str = "fp32",
                          name: str | None = None) -> TracedGraph:
@@ -239,18 +333,29 @@ def trace_loss_and_grads(model: nn.Module, example_inputs, precision: str = "fp3
     parameters stay fp32 (master weights), matmul inputs are cast to bf16 as autocast does,
     the loss and gradients come back in the parameters' dtype (fp32).
     """
+    reused = _reused("loss_and_grads", model, example_inputs, precision)
+    if reused is not None:
+        return reused
     example_inputs = _as_tuple(example_inputs)
     _check_inputs(example_inputs)
     names, params = _named_params(model)
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     P = len(params)
 
+    _check_input_dtypes(params, example_inputs)
+
     def loss_fn(ps, inputs):
         state = dict(zip(names, ps))
         state.update(buffers)
         loss = torch.func.functional_call(model, state, tuple(inputs))
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise LatchError("the model's forward must return a scalar loss tensor")
+            got = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
+                   else f"a {type(loss).__name__}")
+            raise LatchError(f"the model's forward must return a scalar loss tensor, it "
+                             f"returned {got} (reduce it, e.g. with .mean())")
+        if not loss.is_floating_point():
+            raise LatchError(f"the model's forward must return a floating-point loss to "
+                             f"differentiate, it returned a {loss.dtype} scalar")
         return loss
 
     grad_and_value = torch.func.grad_and_value(loss_fn)
@@ -260,7 +365,19 @@ def trace_loss_and_grads(model: nn.Module, example_inputs, precision: str = "fp3
         return (loss, *grads)
 
     joint_fn = torch.func.functionalize(joint, remove="mutations")
-    gm = _make_fx(joint_fn, [*params, *example_inputs], precision)
+    # latch.structured hook: latch.scan/latch.repeat stay one node each (bodies traced once)
+    from latch.frontend import structured
+    try:
+        with structured.recording("joint", precision) as rec:
+            gm = _make_fx(joint_fn, [*params, *example_inputs], precision, example_inputs,
+                          _signature(model.forward, type(model).__name__ + ".forward"))
+    except structured.NeedsAutogradJoint:
+        with structured.recording("joint-autograd", precision) as rec:
+            gm = _make_fx(structured.autograd_joint(loss_fn, P), [*params, *example_inputs],
+                          precision, example_inputs,
+                          _signature(model.forward, type(model).__name__ + ".forward"))
+    structured.finish(gm, rec, precision)
+    # end latch.structured hook
     input_specs = ([TensorSpec.of(n, p) for n, p in zip(names, params)]
                    + [TensorSpec.of(f"input{i}", x) for i, x in enumerate(example_inputs)])
     _rename_placeholders(gm, [s.name for s in input_specs])
@@ -284,6 +401,9 @@ def trace_function(fn_or_module: Callable | nn.Module, example_inputs,
     buffers into the graph; ``params="inputs"`` makes parameters leading inputs in
     ``named_parameters()`` order (buffers stay constants).
     """
+    reused = _reused("function", fn_or_module, example_inputs, precision)
+    if reused is not None and (params == "inputs") == bool(reused.param_names):
+        return reused
     example_inputs = _as_tuple(example_inputs)
     _check_inputs(example_inputs)
     if params not in ("constants", "inputs"):
@@ -322,7 +442,12 @@ def trace_function(fn_or_module: Callable | nn.Module, example_inputs,
         return tuple(leaves)
 
     fn = torch.func.functionalize(flat_fn, remove="mutations")
-    gm = _make_fx(fn, [*plist, *example_inputs], precision)
+    target = fn_or_module.forward if isinstance(fn_or_module, nn.Module) else fn_or_module
+    from latch.frontend import structured   # latch.structured hook
+    with structured.recording("function", precision) as rec:
+        gm = _make_fx(fn, [*plist, *example_inputs], precision, example_inputs,
+                      _signature(target, default_name))
+    structured.finish(gm, rec, precision)      # end latch.structured hook
     input_specs = ([TensorSpec.of(n, p) for n, p in zip(names, plist)]
                    + [TensorSpec.of(f"input{i}", x) for i, x in enumerate(example_inputs)])
     _rename_placeholders(gm, [s.name for s in input_specs])

@@ -52,6 +52,31 @@ class Rule:
     def children(self) -> list["Rule"]:
         return []
 
+    def describe(self) -> dict:
+        """A canonical, JSON-able description of the rule (its type and every
+        hyperparameter, children and schedules included), independent of the process:
+        hashed into the compile-cache key (latch.cache)."""
+        return describe_value(self)
+
+
+def describe_value(v):
+    """Canonical JSON-able form of a rule, schedule or hyperparameter value (floats print
+    exactly: JSON uses the shortest repr that round-trips); a value with no canonical form
+    raises TypeError."""
+    if isinstance(v, (Rule, Schedule)):
+        if type(v).describe not in (Rule.describe, Schedule.describe):
+            return v.describe()                  # a subclass with its own description
+        if not dataclasses.is_dataclass(v):
+            raise TypeError(f"{type(v).__qualname__} has no canonical description "
+                            "(make it a dataclass or give it a describe() method)")
+        return {"type": f"{type(v).__module__}.{type(v).__qualname__}",
+                **{f.name: describe_value(getattr(v, f.name)) for f in dataclasses.fields(v)}}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (tuple, list)):
+        return [describe_value(x) for x in v]
+    raise TypeError(f"{type(v).__qualname__} has no canonical description")
+
 
 # ----------------------------------------------------------------------------- optimizers
 @dataclasses.dataclass(frozen=True)

@@ -41,6 +41,11 @@ class Schedule:
     def value_at(self, step: int) -> float:  # reference semantics, used by tests and docs
         raise NotImplementedError
 
+    def describe(self) -> dict:
+        """Canonical JSON-able description (type and parameters), hashed into cache keys."""
+        from latch.optim.rules import describe_value
+        return describe_value(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class WarmupCosine(Schedule):

@@ -13,6 +13,8 @@ like any other.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import functools
 import os
@@ -102,6 +104,22 @@ def _find_func(module, name):
     raise LatchError(f"no func.func @{name} in the module")
 
 
+_PRELOWERED: contextvars.ContextVar = contextvars.ContextVar("latch_prelowered", default=None)
+
+
+@contextlib.contextmanager
+def prelowered(module_text: str, llvm_text: str, memory_plan: dict):
+    """Within this block, ``CpuExecutable(module_text, ...)`` (this very text, default
+    pipeline) skips lowering and JIT-compiles ``llvm_text``, what lowering it gave before
+    (:meth:`CpuExecutable.llvm_text`; ``memory_plan``: its ``memory_plan``).  The compile
+    cache (latch.cache) keeps both, so that a hit does not bufferize and lower again."""
+    token = _PRELOWERED.set((module_text, llvm_text, memory_plan))
+    try:
+        yield
+    finally:
+        _PRELOWERED.reset(token)
+
+
 class CpuExecutable:
     """A linalg-on-tensors function JIT-compiled for the host.
 
@@ -132,18 +150,29 @@ class CpuExecutable:
             fn.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
             no_write = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
             fn.attributes["arg_attrs"] = ir.ArrayAttr.get([no_write] * len(ftype.inputs))
-            try:
-                run_pipeline(module, CPU_BUFFERIZE_PIPELINE if pipeline is None else pipeline)
-                self.memory_plan = _memory_plan(module, func_name)
-                if pipeline is None:
-                    run_pipeline(module, CPU_LLVM_PIPELINE)
-            except Exception as e:
-                raise PipelineError("CPU target: lowering to LLVM failed",
-                                    diagnostics=[str(e)[:4000]]) from e
+            pre = _PRELOWERED.get()
+            if pre is not None and pipeline is None and pre[0] == module_text:
+                module = ir.Module.parse(pre[1])        # lowered before: see prelowered()
+                self.memory_plan = dict(pre[2])
+            else:
+                try:
+                    run_pipeline(module, CPU_BUFFERIZE_PIPELINE if pipeline is None else pipeline)
+                    self.memory_plan = _memory_plan(module, func_name)
+                    if pipeline is None:
+                        run_pipeline(module, CPU_LLVM_PIPELINE)
+                except Exception as e:
+                    raise PipelineError("CPU target: lowering to LLVM failed",
+                                        diagnostics=[str(e)[:4000]]) from e
             self.engine = ExecutionEngine(module, opt_level=opt_level,
                                           shared_libs=[runner_utils_lib()])
         self._module = module
         self._entry = None
+
+    def llvm_text(self) -> str:
+        """The LLVM-dialect module this executable was JIT-compiled from (see
+        :func:`prelowered`)."""
+        with self.context:
+            return str(self._module)
 
     @property
     def num_inputs(self) -> int:

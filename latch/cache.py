@@ -1,0 +1,428 @@
+"""The persistent compile cache: ``latch.compile`` looks a program up before building it.
+
+The key is the SHA-256 of a canonical JSON of these components (each hashed on its own,
+so that a miss can say which one changed):
+
+  graph       the traced aten graph's text and every constant baked into it (buffers, and
+              for compiled functions the parameters: their bytes)
+  params      parameter names, shapes and dtypes, in order
+  inputs      the example inputs' shapes and dtypes
+  rule        ``rule.describe()`` (type and every hyperparameter, schedules included)
+  options     every field of :class:`latch.options.CompileOptions`
+  target      the target name
+  latch       Latch's version and a digest of its Python sources (latch/, passes/, dialect/)
+  mlir, torch-mlir, torch    the installed versions (importlib.metadata)
+
+Nothing process-specific goes in: no ``id()``, no addresses, no ``hash()`` (so no
+PYTHONHASHSEED dependence), no paths, no timestamps.  The values of the *parameters* of a
+model compiled with a rule are not part of the key: the program takes them as state
+(``prog.init(model)`` copies them), so one program serves any weights of the same shapes.
+
+Entries are ``.latch`` artifacts (the bytes :meth:`Program.save` writes, for the cpu and
+the cuda target alike), stored atomically (temporary file, fsync, rename) under
+``$LATCH_CACHE_DIR`` (default ``$XDG_CACHE_HOME/latch`` or ``~/.cache/latch``).  An entry
+that fails its checksums is a miss with reason ``corrupted`` and is replaced.  Every model
+identity (the model's type and parameter names) keeps a small index of the component
+digests of its recent entries, so a miss names the components that differ from the
+closest previous entry ("miss: rule changed", "miss: torch version changed") or says
+"new model".  ``LATCH_CACHE=0`` disables the cache.
+
+Each lookup logs one line on the ``latch.cache`` logger and is recorded in
+``manifest["cache"]`` (not written into saved artifacts) and in ``prog.report()``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+
+log = logging.getLogger("latch.cache")
+
+SCHEMA = "latch-cache/1"
+COMPONENTS = ("graph", "params", "inputs", "rule", "options", "target",
+              "latch", "mlir", "torch-mlir", "torch")
+_VERSIONED = {"latch": "Latch", "mlir": "MLIR", "torch-mlir": "torch-mlir", "torch": "torch"}
+_INDEX_KEEP = 32
+_DISTS = {"mlir": "xtc-mlir-python-bindings", "torch-mlir": "torch-mlir", "torch": "torch"}
+
+
+# ----------------------------------------------------------------------------- settings
+def cache_enabled() -> bool:
+    return os.environ.get("LATCH_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_dir() -> str:
+    """``$LATCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/latch``, else ``~/.cache/latch``."""
+    d = os.environ.get("LATCH_CACHE_DIR")
+    if d:
+        return os.path.abspath(os.path.expanduser(d))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "latch")
+
+
+# ----------------------------------------------------------------------------- the key
+def canonical_json(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _dist_version(dist: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+@functools.lru_cache(maxsize=1)
+def _latch_source_digest() -> str:
+    """SHA-256 over the relative paths and bytes of Latch's Python sources (sorted), so a
+    changed compiler misses even when ``__version__`` did not move."""
+    import latch
+    import latch.dialect
+    import latch.passes
+
+    h = hashlib.sha256()
+    for pkg in (latch, latch.passes, latch.dialect):
+        root = os.path.dirname(os.path.abspath(pkg.__file__))
+        files = []
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
+        for path in sorted(files, key=lambda p: os.path.relpath(p, root)):
+            h.update(f"{pkg.__name__}/{os.path.relpath(path, root)}\0".encode())
+            with open(path, "rb") as f:
+                h.update(_sha(f.read()).encode())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    from latch import __version__
+    out = {"latch": {"version": __version__, "sources": _latch_source_digest()}}
+    out.update({k: _dist_version(d) for k, d in _DISTS.items()})
+    return out
+
+
+def _tensor_digest(t) -> dict:
+    import torch
+    t = t.detach().cpu().contiguous()
+    raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return {"shape": list(t.shape), "dtype": str(t.dtype), "sha256": _sha(raw)}
+
+
+def graph_component(traced) -> dict:
+    """The traced graph's text and the digests of the constants it reads (``get_attr``)."""
+    import torch
+
+    gm = traced.graph_module
+    consts = {}
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        obj = gm
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part)
+        consts[str(node.target)] = (_tensor_digest(obj) if isinstance(obj, torch.Tensor)
+                                    else {"type": type(obj).__qualname__})
+    return {"kind": traced.kind, "precision": traced.precision,
+            "text_sha256": _sha(traced.graph_text.encode()), "constants": consts}
+
+
+def target_component(options) -> dict:
+    """The target (also among the options; kept apart so that a miss can name it)."""
+    return {"name": options.target}
+
+
+@dataclasses.dataclass
+class CacheKey:
+    key: str                 # SHA-256 of the component digests
+    identity: str            # SHA-256 of the model's type and parameter names
+    digests: dict            # component -> SHA-256 of its canonical JSON
+
+
+def compute_key(model, traced, rule, inputs, options) -> CacheKey:
+    """The cache key of compiling ``model`` (traced as ``traced``) with ``rule`` on
+    ``inputs`` with ``options``.  Raises TypeError when the rule has no canonical form."""
+    components = {
+        "graph": graph_component(traced),
+        "params": [[n, list(s), str(d)] for n, s, d in
+                   zip(traced.param_names, traced.param_shapes, traced.param_dtypes)],
+        "inputs": [[list(t.shape), str(t.dtype)] for t in inputs],
+        "rule": None if rule is None else rule.describe(),
+        "options": dataclasses.asdict(options),
+        "target": target_component(options),
+        **versions(),
+    }
+    digests = {k: _sha(canonical_json(components[k])) for k in COMPONENTS}
+    key = _sha(canonical_json({"schema": SCHEMA, "components": digests}))
+    return CacheKey(key, model_identity(model, rule), digests)
+
+
+def model_identity(model, rule) -> str:
+    """What groups entries in one index: the model's type (or the function's qualified
+    name) and its parameter names.  Known before tracing."""
+    import torch
+    if isinstance(model, torch.nn.Module):
+        owner = type(model)
+        names = [n for n, _ in model.named_parameters()] if rule is not None else []
+    else:
+        owner, names = model, []
+    ident = {"kind": "update" if rule is not None else "function",
+             "model": f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', '')}",
+             "params": names}
+    return _sha(canonical_json(ident))
+
+
+def miss_reason(changed: list[str] | None) -> str:
+    """'new model' (no previous entry of this model), or the components that changed."""
+    if changed is None:
+        return "new model"
+    if not changed:
+        return "entry missing"
+    names = [f"{_VERSIONED[c]} version" if c in _VERSIONED else c for c in changed]
+    if "latch" in changed:
+        names[changed.index("latch")] = "Latch version or sources"
+    return ", ".join(names) + " changed"
+
+
+# ----------------------------------------------------------------------------- the store
+@dataclasses.dataclass
+class Lookup:
+    status: str                   # "hit" | "miss" | "off"
+    key: str | None = None
+    reason: str | None = None     # for a miss
+    manifest: dict | None = None  # for a hit
+    files: dict | None = None
+
+    def describe(self) -> str:
+        if self.status == "hit":
+            return f"hit (key {self.key[:16]})"
+        if self.status == "off":
+            return f"off ({self.reason})"
+        return f"miss ({self.reason}; key {self.key[:16]})" if self.key else f"miss ({self.reason})"
+
+
+class CompileCache:
+    """A folder of ``.latch`` entries and per-model indexes::
+
+        <root>/v1/entries/<key[:2]>/<key>.latch
+        <root>/v1/index/<model identity>.json   {"entries": [{"key", "components"}, ...]}
+    """
+
+    def __init__(self, root: str):
+        self.root = os.path.join(root, "v1")
+
+    def entry_path(self, key: str) -> str:
+        return os.path.join(self.root, "entries", key[:2], f"{key}.latch")
+
+    def jit_path(self, key: str) -> str:
+        """The cpu target's LLVM-dialect module of an entry (so a hit skips lowering)."""
+        return os.path.join(self.root, "entries", key[:2], f"{key}.llvm")
+
+    def load_lowered(self, key: str):
+        """(llvm text, memory plan) stored with entry ``key``, or None."""
+        from latch.artifact import read_artifact
+        from latch.errors import LatchError
+        try:
+            manifest, files = read_artifact(self.jit_path(key))
+            return files["llvm.mlir"].decode(), manifest["memory_plan"]
+        except (LatchError, KeyError, ValueError):
+            return None
+
+    def store_lowered(self, key: str, program) -> None:
+        from latch.artifact import write_artifact
+        from latch.targets.cpu import CpuExecutable
+        exe = getattr(program, "_exe", None)
+        if isinstance(exe, CpuExecutable):
+            os.makedirs(os.path.dirname(self.jit_path(key)), exist_ok=True)
+            write_artifact(self.jit_path(key), {"kind": "cpu-llvm",
+                                                "memory_plan": exe.memory_plan},
+                           {"llvm.mlir": exe.llvm_text().encode()})
+
+    def _index_path(self, identity: str) -> str:
+        return os.path.join(self.root, "index", f"{identity}.json")
+
+    def lookup(self, k: CacheKey) -> Lookup:
+        from latch.artifact import read_artifact
+        from latch.errors import LatchError
+
+        path = self.entry_path(k.key)
+        if os.path.exists(path):
+            try:
+                manifest, files = read_artifact(path)
+                return Lookup("hit", k.key, manifest=manifest, files=files)
+            except LatchError as e:
+                return Lookup("miss", k.key,
+                              reason=f"corrupted entry ({str(e).splitlines()[0]}); replaced")
+        return Lookup("miss", k.key, reason=miss_reason(self._closest_changes(k)))
+
+    def has_index(self, identity: str) -> bool:
+        return os.path.exists(self._index_path(identity))
+
+    def _read_index(self, identity: str) -> list[dict]:
+        try:
+            with open(self._index_path(identity)) as f:
+                entries = json.load(f)["entries"]
+            return [e for e in entries if isinstance(e, dict) and "components" in e]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+
+    def _closest_changes(self, k: CacheKey) -> list[str] | None:
+        best = None
+        for e in self._read_index(k.identity):
+            changed = [c for c in COMPONENTS if e["components"].get(c) != k.digests[c]]
+            if best is None or len(changed) < len(best):
+                best = changed
+        return best
+
+    def store(self, k: CacheKey, program) -> None:
+        """Write ``program``'s artifact as the entry of ``k`` (atomically: Program.save
+        writes a temporary file in the same folder and renames it), then update the index."""
+        path = self.entry_path(k.key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        program.save(path)
+        entries = [e for e in self._read_index(k.identity) if e.get("key") != k.key]
+        entries.append({"key": k.key, "components": k.digests})
+        _atomic_write(self._index_path(k.identity),
+                      json.dumps({"entries": entries[-_INDEX_KEEP:]}, indent=1,
+                                 sort_keys=True).encode())
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ----------------------------------------------------------------------------- compile()
+def _load(cache: CompileCache, key: str, manifest: dict, files: dict, traced, times: dict):
+    """A program object from a cached artifact.  For the cpu target the JIT runs here, from
+    the stored LLVM-dialect module when there is one (else lowering again, and storing it)."""
+    import contextlib
+
+    from latch.targets.cpu import prelowered
+
+    kind = manifest.get("kind")
+    times = {k: round(v, 4) for k, v in times.items()}
+    if kind == "cuda-update":
+        from latch.targets.cuda import CudaProgramHandle
+        return CudaProgramHandle(manifest, files, times)
+    t0 = time.perf_counter()
+    text = (files["program.mlir"] if kind == "update" else files["function.mlir"]).decode()
+    lowered = cache.load_lowered(key)
+    with prelowered(text, *lowered) if lowered else contextlib.nullcontext():
+        if kind == "update":
+            from latch.program import Program
+            prog = Program(manifest, text)
+        else:
+            from latch.function import CompiledFunction
+            manifest["compile_seconds"] = times
+            prog = CompiledFunction(manifest, text, traced.out_treedef)
+    if kind == "update":
+        times["cache-load+jit"] = round(time.perf_counter() - t0, 4)
+        manifest["compile_seconds"] = times
+    if lowered is None:
+        _store_quietly(cache.store_lowered, key, prog)
+    return prog
+
+
+def _store_quietly(fn, key, prog) -> None:
+    try:
+        fn(key, prog)
+    except OSError as e:          # a read-only or full cache folder: compile anyway
+        log.warning("could not store %s: %s", getattr(key, "key", key)[:16], e)
+
+
+def _stage_times(prog) -> dict:
+    if hasattr(prog, "compile_seconds"):          # CudaProgramHandle
+        return prog.compile_seconds
+    return prog.manifest.setdefault("compile_seconds", {})
+
+
+def _annotate(prog, info: Lookup) -> None:
+    """Record the lookup in ``prog.manifest["cache"]`` and add a ``cache:`` line to
+    ``prog.report()`` (``write_artifact`` leaves ``cache`` out of saved artifacts)."""
+    prog.manifest["cache"] = {"status": info.status, "key": info.key, "reason": info.reason}
+    report = prog.report
+
+    def report_with_cache():
+        return report() + f"\ncache: {info.describe()}"
+    prog.report = report_with_cache
+
+
+def cached_compile(model, rule, inputs, options, build):
+    """``build()`` (which compiles from scratch) behind the persistent cache: trace once,
+    key, hit → load the artifact; miss → build from the same trace and store."""
+    from latch.errors import LatchError
+    from latch.frontend.importer import start_worker
+    from latch.frontend.trace import reuse_trace, trace_function, trace_loss_and_grads
+
+    off = ("LATCH_CACHE=0" if not cache_enabled() else
+           "LATCH_DUMP_DIR is set: every stage runs" if os.environ.get("LATCH_DUMP_DIR")
+           else None)
+    if off:
+        start_worker()
+        prog = build()
+        _annotate(prog, Lookup("off", reason=off))
+        return prog
+    cache = CompileCache(cache_dir())
+    if not cache.has_index(model_identity(model, rule)):
+        start_worker()             # a new model: surely a miss, so import in parallel
+    times = {}
+    t0 = time.perf_counter()
+    if rule is None:               # as latch.function.compile_function traces
+        traced = trace_function(model, inputs)
+    else:
+        traced = trace_loss_and_grads(model, inputs, precision=options.precision)
+    times["trace"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    try:
+        k = compute_key(model, traced, rule, inputs, options)
+    except TypeError as e:         # a user rule with no canonical description
+        info, k = Lookup("off", reason=f"not cacheable: {e}"), None
+    else:
+        info = cache.lookup(k)
+    times["cache-lookup"] = time.perf_counter() - t0
+    if info.status == "hit":
+        try:
+            prog = _load(cache, k.key, info.manifest, info.files, traced, times)
+        except (LatchError, KeyError, ValueError) as e:   # readable but unusable: rebuild
+            info = Lookup("miss", k.key, reason=f"corrupted entry (does not load: "
+                                                f"{str(e).splitlines()[0]}); replaced")
+        else:
+            log.info("hit %s (%s)", k.key[:16], cache.entry_path(k.key))
+            _annotate(prog, info)
+            return prog
+    log.info("%s", info.describe())
+    with reuse_trace(traced, model, inputs):
+        prog = build()
+    stage_times = _stage_times(prog)
+    stage_times["trace"] = round(times["trace"], 4)   # the build reused this trace
+    stage_times["cache-lookup"] = round(times["cache-lookup"], 4)
+    if k is not None:
+        t0 = time.perf_counter()
+        _store_quietly(cache.store_lowered, k.key, prog)
+        _store_quietly(cache.store, k, prog)
+        stage_times["cache-store"] = round(time.perf_counter() - t0, 4)
+    _annotate(prog, info)
+    return prog
