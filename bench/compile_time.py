@@ -14,7 +14,8 @@ torch and Latch, reported apart as ``import_s``:
   same process, a compile with the cache on (a miss: it stores the entry) and one more
   (**warm in-process**, a hit); then a new process compiles again (**warm**, a hit: trace,
   key, artifact read, JIT).
-- TinyMoE-196M (WORKLOADS.md, bench/tinymoe_model.py) at B2 and bf16 for target cuda: the
+- TinyMoE-196M (WORKLOADS.md, bench/tinymoe_model.py) at B2, fp32 and bf16 (``--precisions``),
+  for target cuda, each in a fresh process with the cache off: the
   stages of ``latch.targets.cuda.compile_program`` run one by one (trace, linalg,
   latch, latch-lower-rules, then ``compile_update_module``'s), so that the time of every
   stage reached is known even when a later stage fails; the failing stage and its error
@@ -79,7 +80,7 @@ def child_example(name: str, phase: str) -> dict:
     return out
 
 
-def child_tinymoe(profile_stage: str | None, batch: int) -> dict:
+def child_tinymoe(profile_stage: str | None, batch: int, precision: str = "bf16") -> dict:
     """The stages of latch.targets.cuda.compile_program, one at a time."""
     import cProfile
     import io
@@ -122,7 +123,7 @@ def child_tinymoe(profile_stage: str | None, batch: int) -> dict:
     t_all = time.perf_counter()
     try:
         start_worker()            # as latch.compile does: overlaps with tracing
-        traced = stage("trace", trace_loss_and_grads, model, example, precision="bf16")
+        traced = stage("trace", trace_loss_and_grads, model, example, precision=precision)
         out["graph_nodes"] = len(traced.graph_module.graph.nodes)
         linalg = stage("linalg", import_to_linalg, traced, "loss_and_grads")
         out["linalg_chars"] = len(linalg)
@@ -142,7 +143,12 @@ def child_tinymoe(profile_stage: str | None, batch: int) -> dict:
                                      "latch-kernels-to-ptx"):
                     if profile_stage:
                         prof.enable()
-                    compile_update_module(module, times=cuda_times)
+                    schedule, ptx, _ = compile_update_module(module, times=cuda_times)
+                    out["launches"] = len(schedule["launches"])
+                    out["kernel_modules"] = len(ptx)
+                    out["arena_bytes"] = schedule.get("arena_bytes")
+                    out["planned_arena_bytes"] = schedule.get("planned_arena_bytes")
+                    out["ptx_bytes"] = sum(len(v) for v in ptx.values())
             finally:
                 prof.disable()
                 for k, v in cuda_times.items():
@@ -211,6 +217,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-tinymoe", action="store_true")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--batch", type=int, default=2, help="TinyMoE batch (B2: 2, B32: 32)")
+    p.add_argument("--precisions", default="fp32,bf16", help="TinyMoE precisions")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per fast example; the fastest of each phase is reported")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
@@ -221,7 +228,8 @@ def main(argv=None) -> int:
         if kind == "example":
             res = child_example(*rest)
         else:
-            res = child_tinymoe(rest[0] if rest and rest[0] != "-" else None, args.batch)
+            res = child_tinymoe(rest[0] if rest and rest[0] != "-" else None, args.batch,
+                                rest[1] if len(rest) > 1 else "bf16")
         print(json.dumps(res))
         return 0
 
@@ -255,18 +263,21 @@ def main(argv=None) -> int:
         result["examples"][name] = {"best": best, "runs": runs}
     if not args.no_tinymoe:
         env = {"LATCH_CACHE": "0"}
-        run = _run_child(["tinymoe", "-"], env)
-        result["tinymoe_196m"] = {"batch": args.batch, "precision": "bf16", "target": "cuda",
-                                  "run": run}
-        print(f"TinyMoE-196M B{args.batch} cuda: {json.dumps(run)[:2000]}", flush=True)
-        stages = run.get("stages_s") or {}
-        if stages and not args.no_profile:
-            slowest = max(stages, key=stages.get)
-            prof = _run_child(["tinymoe", slowest], env)
-            result["tinymoe_196m"]["profiled_stage"] = slowest
-            result["tinymoe_196m"]["profile"] = prof
-            print(f"profile of {slowest}:")
-            print("\n".join(prof.get("profile_cumulative", prof.get("error", []))[:45]))
+        result["tinymoe_196m"] = {}
+        for prec in [q for q in args.precisions.split(",") if q]:
+            run = _run_child(["tinymoe", "-", prec], env)
+            entry = {"batch": args.batch, "precision": prec, "target": "cuda", "run": run}
+            result["tinymoe_196m"][prec] = entry
+            st = run.get("stages_s") or {}
+            print(f"TinyMoE-196M B{args.batch} {prec} cuda: total {run.get('total_s')} s "
+                  f"[{_fmt_stages(st)}] failed={run.get('failed')}", flush=True)
+            if st and not args.no_profile:
+                slowest = max(st, key=st.get)
+                prof = _run_child(["tinymoe", slowest, prec], env)
+                entry["profiled_stage"] = slowest
+                entry["profile"] = prof
+                print(f"profile of {slowest}:")
+                print("\n".join(prof.get("profile_cumulative", prof.get("error", []))[:45]))
     result["machine"]["loadavg_at_end"] = os.getloadavg()
     os.makedirs(args.out, exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

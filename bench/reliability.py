@@ -205,10 +205,66 @@ def nonfinite_steps(options) -> list[Row]:
                 row.clear += not problems
                 row.details.append({"case": f"{rule_name} / {policy} / {kind}",
                                     "handled": not problems, "problems": problems})
-    cuda = Row("nonfinite", "non-finite steps (cuda)", status="skipped", clear_applies=False,
-               details=[{"why": "the CUDA runtime (latch/runtime) commits every step; "
-                                "skip/raise are not implemented there yet"}])
-    return [row, cuda]
+    return [row, nonfinite_steps_cuda(options)]
+
+
+def nonfinite_steps_cuda(options) -> Row:
+    """The same guarantee on the GPU (latch/runtime/guard.py: an in-graph finite check and
+    guarded state copies), through bench/gpu_nonfinite.py's check_program: a poisoned step
+    after the CUDA graph is captured and as the first step (direct launches).  Compiles the
+    rules of the cpu row for the cuda target when MLIR is here; otherwise (a GPU machine
+    without MLIR) runs the prebuilt bench/artifacts/nonfinite-*.latch
+    (bench/build_nonfinite_artifacts.py).  Skipped without a GPU."""
+    row = Row("nonfinite", "non-finite steps (cuda)", clear_applies=False)
+    try:
+        import torch
+        has_gpu = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        has_gpu = False
+    if not has_gpu:
+        row.status = "skipped"
+        row.details = [{"why": "no CUDA GPU here (torch.cuda.is_available() is False); "
+                               "bench/gpu_nonfinite.py runs it on a GPU machine"}]
+        return row
+    _tests_on_path()
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import build_nonfinite_artifacts as build
+        import gpu_nonfinite
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    import tempfile
+
+    import latch
+    try:
+        import latch.targets.cuda  # noqa: F401
+        import mlir.ir  # noqa: F401
+        have_mlir = True
+    except ImportError:
+        have_mlir = False
+    records = []
+    if have_mlir:
+        model, clean, poison = build.batches()
+        with tempfile.TemporaryDirectory() as tmp:
+            for rule_name, make_rule in _nonfinite_rules().items():
+                for policy in ("skip", "raise"):
+                    path = os.path.join(tmp, f"{len(records)}.latch")
+                    latch.compile(model, make_rule(), clean[0], target="cuda",
+                                  on_nonfinite=policy).save(path)
+                    records += gpu_nonfinite.check_program(
+                        lambda path=path: latch.load(path), policy, model, clean, poison,
+                        f"{rule_name} / {policy}")
+    else:
+        records = gpu_nonfinite.run(str(ROOT / "bench" / "artifacts"))["records"]
+    for r in records:
+        row.cases += 1
+        row.clear += r["ok"]
+        row.tracebacks += any(p.startswith("raised ") for p in r["problems"])
+        row.corruptions += bool(r.get("changed_by_poisoned_step") or
+                                r.get("differs_from_clean_run"))
+        row.details.append({"case": f"{r['program']} / {r['poison']} / {r['position']}",
+                            "handled": r["ok"], "problems": r["problems"]})
+    return row
 
 
 # -- checkpoints: interrupted saves, corrupted / foreign / mismatched loads --------------------

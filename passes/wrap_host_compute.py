@@ -13,6 +13,9 @@ The pass rewrites each function body so that after ``latch-form-kernels`` the ho
 holds only constants, ``memref.alloc``/``dealloc``, views and casts, ``gpu.launch_func`` and
 the return:
 
+* ``cf.assert`` in linalg bodies (torch-mlir's gather bounds checks) is dropped:
+  convert-parallel-loops-to-gpu leaves an exactly tiled loop nest with an assert in it on
+  the host.
 * ``memref.copy`` of rank ≥ 1 becomes ``linalg.copy`` (a parallel op, so it becomes an
   ordinary elementwise kernel); of rank 0 a ``memref.load`` + ``memref.store``.
 * A full sum reduction (a linalg.generic whose loops are all reductions into a 0-d f32/f64
@@ -115,6 +118,7 @@ class WrapHostCompute(ModulePass):
         for func_op in _functions(module):
             body = func_op.regions[0].blocks[0]
             _splat_globals_to_fills(module, body)
+            _drop_kernel_asserts(body)
             _if_convert(body)
             _fold_scalar_constants(body)
             _fix_fpowi(func_op)
@@ -124,6 +128,25 @@ class WrapHostCompute(ModulePass):
             if self.reduce_threads > 0:
                 _parallel_full_reductions(body, self.reduce_threads)
             _wrap(body)
+
+
+def _drop_kernel_asserts(body) -> None:
+    """Erase ``cf.assert`` inside linalg bodies (torch-mlir's index bounds checks of
+    gathers: ``index must be smaller than dim size`` / ``larger or equal to 0``).
+    convert-parallel-loops-to-gpu does not convert a mapped scf.parallel nest whose loop
+    bounds are exact multiples of the tile (no guard ``scf.if``) when its innermost body
+    holds a ``cf.assert``: the nest stays on the host as a loop of loads and stores, and the
+    launch schedule cannot express it (TinyMoE-196M's position-embedding gather, 1024 x 768
+    with 32 x 8 tiles).  On the device such a check is a trap (``__assertfail``), not an
+    error the runtime can report; the CPU target keeps the checks.  On the cuda target an
+    out-of-range token id is not diagnosed (as with a raw gather)."""
+    for op in list(body.operations):
+        op = _op(op)
+        if not op.name.startswith("linalg.") or not op.regions:
+            continue
+        for inner in list(_walk(op)):
+            if inner.name == "cf.assert":
+                inner.erase()
 
 
 def _rewrite_copies(body) -> None:

@@ -366,3 +366,23 @@ def memcpy_dtod(dst: int, src: int, nbytes: int, stream: Stream, what: str = "")
 def memset_zero(dst: int, nbytes: int, stream: Stream, what: str = "") -> None:
     if nbytes:
         call("cuMemsetD8Async", int(dst), 0, int(nbytes), stream.handle, what=what)
+
+
+def memset_d32(dst: int, value: int, count: int, stream: Stream, what: str = "") -> None:
+    """Set ``count`` 32-bit words at ``dst`` to ``value`` (asynchronous; capturable)."""
+    if count:
+        call("cuMemsetD32Async", int(dst), int(value), int(count), stream.handle, what=what)
+
+
+def memcpy_htod(dst: int, host_address: int, nbytes: int, what: str = "") -> None:
+    """Synchronous host-to-device copy from the host address ``host_address``."""
+    if nbytes:
+        call("cuMemcpyHtoD", int(dst), int(host_address), int(nbytes), what=what)
+
+
+def memcpy_dtoh_async(host_address: int, src: int, nbytes: int, stream: Stream,
+                      what: str = "") -> None:
+    """Asynchronous device-to-host copy into (pinned) host memory at ``host_address``."""
+    if nbytes:
+        call("cuMemcpyDtoHAsync", int(host_address), int(src), int(nbytes), stream.handle,
+             what=what)

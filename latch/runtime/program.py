@@ -11,9 +11,18 @@ buffer and per output buffer.  Inputs are copied into the staging buffers with o
 device-to-device copy each (skipped when the tensor already *is* the staging buffer:
 :meth:`CudaProgram.input_views` returns zero-copy torch views of them, so a producer can
 write the batch in place).  Then the launch list runs: the first step launches every kernel
-directly; the second records the same sequence (kernels + the state copies) into a CUDA graph
-with stream capture, and from then on each step is one ``cuGraphLaunch``.  Outputs are copied
-into fresh torch tensors.  Work runs on a stream of its own (taken from PyTorch's stream
+directly; the second records the same sequence into a CUDA graph with stream capture, and from
+then on each step is one ``cuGraphLaunch``.  Outputs are copied into fresh torch tensors.
+
+``on_nonfinite`` (the manifest's compile options; "skip" when absent) is enforced inside the
+graph (:mod:`latch.runtime.guard`): a flag is set, the kernels run, one check kernel clears
+the flag if the loss or any new floating-point state value is NaN/inf, and one guarded copy
+kernel commits the new state values (counters included) only when the flag is set.  The
+state API (``step(state, *batch)``) reads the flag with the loss (one 16-byte device-to-host
+copy after the graph) and then counts ``state.skipped_steps`` ("skip") or raises
+:class:`latch.NonFiniteError` ("raise"); either way the state is bitwise unchanged.  The raw
+API (``step(*tensors)``) is guarded the same way without a host read
+(:meth:`CudaProgram.step_committed` reads the flag).  Work runs on a stream of its own (taken from PyTorch's stream
 pool, so it is capturable and outlives the program) ordered after PyTorch's current stream,
 and PyTorch's current stream is ordered after it, so results can be used directly.
 
@@ -26,8 +35,9 @@ import time
 
 import numpy as np
 
-from latch.errors import LatchError
+from latch.errors import LatchError, NonFiniteError
 from latch.runtime import driver as drv
+from latch.runtime import guard
 
 _TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
                  "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool"}
@@ -184,10 +194,86 @@ class CudaProgram:
                          shared, what=spec["module"])
             self.launches.append(_Launch(spec, fn, self._resolve))
         self.copies = [(self._resolve(c["src"]), self._resolve(c["dst"]), int(c["bytes"]))
-                       for c in manifest.get("copies", [])]
+                       for c in manifest.get("copies", []) if "state" not in c["dst"]]
+        self._setup_guard()
         for buf in self.state_buffers:
             drv.memset_zero(buf.ptr, buf.nbytes, self.stream, buf.label)
+        # the arena starts zeroed: results never depend on what cuMemAlloc recycled (a
+        # kernel that reads an arena slot before this step wrote it then reads what the
+        # previous step left there, or zeros; see tests/py/test_cuda_target.py::
+        # test_no_kernel_reads_an_arena_buffer_before_it_is_written)
+        drv.memset_zero(self.arena.ptr, self.arena.nbytes, self.stream, "the arena")
         self.stream.synchronize("state initialization")
+
+    # -- the non-finite guard (see latch.runtime.guard) -----------------------------------------
+    def _setup_guard(self) -> None:
+        """Tables of the check and guarded-copy kernels: every new state value (checked when
+        it is floating-point) and the loss (output 0, checked when floating-point)."""
+        import torch
+
+        checks, copies, self.on_nonfinite = guard.plan(self.manifest)
+        checks = [(self._resolve(loc), dtype, n) for loc, dtype, n in checks]
+        copies = [(self._resolve(src), self._resolve(dst), n) for src, dst, n in copies]
+        loss = self.outputs_spec[0] if self.outputs_spec else None
+        # the loss is reported with the flag (one 16-byte read) when it fits in 8 bytes
+        self._loss_status = loss is not None and 0 < int(loss["bytes"]) <= 8
+        self.guard_checks, self.guard_copies = checks, copies
+        ct, cp = guard.check_table(checks), guard.copy_table(copies)
+        # guard buffer: [0,4) flag, [8,16) the loss, then the two tables (256-aligned)
+        off_checks = 256
+        off_copies = off_checks + ((ct.nbytes + 255) // 256) * 256
+        self.guard_buffer = self.device.alloc(off_copies + cp.nbytes, "the non-finite guard")
+        gp = self.guard_buffer.ptr
+        self.flag_ptr, self.status_ptr = gp, gp
+        drv.memcpy_htod(gp + off_checks, ct.ctypes.data, ct.nbytes, "guard check table")
+        drv.memcpy_htod(gp + off_copies, cp.ctypes.data, cp.nbytes, "guard copy table")
+        module = self.device.load_ptx(guard.PTX, "latch_guard")
+        self.guard_module = module
+        self._guard_launches = []
+        for fn, table, n, per in ((module.function("latch_check_finite"), gp + off_checks,
+                                   len(checks), [e[2] for e in checks]),
+                                  (module.function("latch_guarded_copy"), gp + off_copies,
+                                   len(copies), [-(-e[2] // 16) if not (e[0] | e[1] | e[2]) % 16
+                                                 else e[2] for e in copies])):
+            if not n:
+                self._guard_launches.append(None)
+                continue
+            args = np.array([table, self.flag_ptr], dtype=np.uint64)
+            ptrs = np.array([args.ctypes.data, args.ctypes.data + 8], dtype=np.uint64)
+            self._guard_launches.append((fn, (guard.grid_x(max(per)), n, 1),
+                                         (guard.BLOCK, 1, 1), args, ptrs))
+        self._host_status = torch.zeros(16, dtype=torch.uint8, pin_memory=True)
+        self.last_step_finite: bool | None = None
+
+    def _enqueue_guard(self, which: int) -> None:
+        g = self._guard_launches[which]
+        if g is not None:
+            fn, grid, block, _args, ptrs = g
+            drv.launch(fn, grid, block, 0, self.stream, ptrs.ctypes.data,
+                       ("latch_check_finite", "latch_guarded_copy")[which])
+
+    def _read_status(self) -> tuple[bool, float | None]:
+        """(flag, loss) of the last step: one 16-byte device-to-host copy, then a sync."""
+        drv.memcpy_dtoh_async(self._host_status.data_ptr(), self.status_ptr, 16, self.stream,
+                              "step status")
+        self.stream.synchronize("step status")
+        raw = self._host_status.numpy()
+        finite = bool(raw[:4].view(np.uint32)[0])
+        loss = None
+        if self._loss_status:
+            spec = self.outputs_spec[0]
+            b = raw[8:8 + int(spec["bytes"])]
+            if spec["dtype"] == "bf16":
+                loss = float((b.view(np.uint16).astype(np.uint32) << 16).view(np.float32)[0])
+            elif spec["dtype"] in _ARG_NP:
+                loss = float(b.view(_ARG_NP[spec["dtype"]])[0])
+        self.last_step_finite = finite
+        return finite, loss
+
+    def step_committed(self) -> bool:
+        """Whether the last step's new state was committed (its loss and every new
+        floating-point state value were finite).  Synchronizes with the stream."""
+        return self._read_status()[0]
 
     # -- loading ----------------------------------------------------------------------------
     @classmethod
@@ -272,11 +358,19 @@ class CudaProgram:
         return out
 
     def _record(self) -> None:
-        """Enqueue the whole update (kernels, then the new state values) on the stream."""
+        """Enqueue the whole update on the stream: set the flag, the kernels, check the new
+        state values and the loss (may clear the flag), copy the outputs (and the loss next
+        to the flag), copy the new state values into the state buffers if the flag is set."""
+        drv.memset_d32(self.flag_ptr, 1, 1, self.stream, "non-finite flag")
         for launch in self.launches:
             launch.enqueue(self.stream)
+        self._enqueue_guard(0)
         for src, dst, n in self.copies:
-            drv.memcpy_dtod(dst, src, n, self.stream, "new state value")
+            drv.memcpy_dtod(dst, src, n, self.stream, "output")
+        if self._loss_status:
+            drv.memcpy_dtod(self.status_ptr + 8, self.output_buffers[0].ptr,
+                            self.output_buffers[0].nbytes, self.stream, "loss status")
+        self._enqueue_guard(1)
 
     # -- the user API of latch.Program: init(model) -> state; step(state, *batch) -> loss --
     def init(self, model) -> "CudaTrainingState":
@@ -330,9 +424,14 @@ class CudaProgram:
             batch = tuple(t.to(self.torch_device) if isinstance(t, torch.Tensor) and
                           t.device != self.torch_device else t for t in batch)
             out = self._step(*batch)
-            loss = float((out[0] if isinstance(out, tuple) else out).item())
-            if loss != loss or loss in (float("inf"), float("-inf")):
-                state.nonfinite_steps += 1
+            finite, loss = self._read_status()
+            if loss is None:
+                loss = float((out[0] if isinstance(out, tuple) else out).item())
+            if not finite:
+                if self.on_nonfinite == "raise":
+                    raise NonFiniteError(f"step {state.step}: non-finite loss ({loss}) or "
+                                         "update; the training state was left unchanged")
+                state.skipped_steps += 1
             return loss
         return self._step(*inputs)
 
@@ -382,7 +481,8 @@ class CudaProgram:
         return {"device": self.device.name, "chip": self.device.chip,
                 "artifact_chip": m.get("target", {}).get("chip"),
                 "arena_bytes": m["arena_bytes"], "kernels": len(self.launches),
-                "modules": len(self.modules), "copies": len(self.copies),
+                "modules": len(self.modules), "copies": len(self.guard_copies),
+                "on_nonfinite": self.on_nonfinite, "nonfinite_checks": len(self.guard_checks),
                 "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
                 "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
@@ -398,6 +498,10 @@ class CudaProgram:
             for m in self.modules.values():
                 m.unload()
             self.modules = {}
+            if getattr(self, "guard_module", None) is not None:
+                self.guard_module.unload()
+                self.guard_module = None
+                self.guard_buffer.free()
             for b in self.state_buffers + self.input_buffers + self.output_buffers:
                 b.alloc.free()
             self.arena.free()
@@ -412,8 +516,7 @@ class CudaTrainingState:
     def __init__(self, program: CudaProgram, values: dict):
         self.program = program
         self._saved = values          # {name: tensor} while not live in the program
-        self.skipped_steps = 0        # the cuda runtime commits every step (see README)
-        self.nonfinite_steps = 0
+        self.skipped_steps = 0        # steps not committed (non-finite; on_nonfinite="skip")
         self._param_names = list(program.manifest.get("param_names") or
                                  [s["name"] for s in program.states_spec
                                   if s.get("kind") == "param"])

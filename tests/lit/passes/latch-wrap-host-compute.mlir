@@ -261,3 +261,38 @@ func.func @every(%w: memref<8xf32>, %g: memref<8xf32>, %step: memref<i64>) -> (m
   memref.store %s1, %cnt[] : memref<i64>
   return %new, %cnt : memref<8xf32>, memref<i64>
 }
+
+// -----
+
+// A gather with torch-mlir's bounds checks (TinyMoE-196M's position embedding): the loop nest
+// is an exact multiple of the 32 x 8 tile, and convert-parallel-loops-to-gpu leaves such a
+// nest with a cf.assert in it on the host.  The asserts are dropped; the gather is a kernel.
+#row = affine_map<(d0, d1) -> (d0)>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-LABEL: func.func @gather_with_asserts(
+// CHECK-NOT: cf.assert
+// CHECK: return
+// KERNELS-LABEL: func.func @gather_with_asserts(
+// KERNELS-NOT: scf.
+// KERNELS-NOT: cf.
+// KERNELS-COUNT-2: gpu.launch_func
+// KERNELS-NEXT: return
+func.func @gather_with_asserts(%table: memref<1024x768xf32>, %idx: memref<1024xi64>) -> memref<1024x768xf32> {
+  %c1024 = arith.constant 1024 : index
+  %c0_i64 = arith.constant 0 : i64
+  %out = memref.alloc() {latch.pinned} : memref<1024x768xf32>
+  linalg.generic {indexing_maps = [#row, #id2], iterator_types = ["parallel", "parallel"]} ins(%idx : memref<1024xi64>) outs(%out : memref<1024x768xf32>) {
+  ^bb0(%i: i64, %o: f32):
+    %x = arith.index_cast %i : i64 to index
+    %j = linalg.index 1 : index
+    %lt = arith.cmpi slt, %x, %c1024 : index
+    cf.assert %lt, "index must be smaller than dim size"
+    %ge = arith.cmpi sge, %i, %c0_i64 : i64
+    cf.assert %ge, "index must be larger or equal to 0"
+    %v = memref.load %table[%x, %j] : memref<1024x768xf32>
+    linalg.yield %v : f32
+  }
+  %res = memref.alloc() {latch.pinned} : memref<1024x768xf32>
+  memref.copy %out, %res : memref<1024x768xf32> to memref<1024x768xf32>
+  return %res : memref<1024x768xf32>
+}

@@ -1,0 +1,103 @@
+"""Build the TinyMoE-196M (WORKLOADS.md) B2 update for target cuda, fp32 and bf16: cold
+compile (LATCH_CACHE=0), per-stage compile time, launch/kernel counts, arena, artifact size.
+
+    .venv/bin/python bench/tinymoe196m_build.py [--precisions fp32,bf16]
+
+Writes bench/artifacts/tinymoe196m/tinymoe196m-b2-<precision>.latch (PTX + manifest, no
+weights: the GPU side rebuilds the model from the same seed) and build.json next to them
+(compile times, counts, and a fingerprint of the initial parameters so that the GPU side
+can check it built the same model).  bench/tinymoe196m_gpu.py runs them on the GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+OUT = os.path.join(ROOT, "bench", "artifacts", "tinymoe196m")
+
+
+def fingerprint(model) -> dict:
+    """Sum and sum of squares (float64) of a few parameters: the same seed must give the
+    same model on the GPU machine."""
+    named = dict(model.named_parameters())
+    out = {}
+    for n in ("tok.weight", "pos.weight", "layers.0.qkv.weight", "layers.7.moe.w2"):
+        t = named[n].detach().double()
+        out[n] = [float(t.sum()), float((t * t).sum())]
+    return out
+
+
+def build(precision: str) -> dict:
+    os.environ["LATCH_CACHE"] = "0"
+    import latch
+    from tinymoe_model import make_tinymoe_196m, tinymoe_rule
+
+    model, example = make_tinymoe_196m(batch=2)
+    rec = {"precision": precision, "batch": 2, "fingerprint": fingerprint(model)}
+    t0 = time.perf_counter()
+    try:
+        prog = latch.compile(model, tinymoe_rule("B2"), example, target="cuda",
+                             precision=precision)
+    except Exception as e:  # noqa: BLE001 - record where the cuda path stops
+        rec["failed"] = f"{type(e).__name__}: {str(e)[:2000]}"
+        rec["traceback_tail"] = traceback.format_exc().splitlines()[-8:]
+        rec["total_s"] = round(time.perf_counter() - t0, 3)
+        return rec
+    rec["total_s"] = round(time.perf_counter() - t0, 3)
+    rec["stages_s"] = {k: round(v, 3) for k, v in prog.compile_seconds.items()}
+    m = prog.manifest
+    rec["launches"] = len(m["launches"])
+    rec["kernel_modules"] = len(m["modules"])
+    rec["state_copies"] = len(m["copies"])
+    one_block = [la for la in m["launches"] if [int(x) for x in la["grid"]] == [1, 1, 1]]
+    rec["one_block_launches"] = len(one_block)   # serial kernels and block reductions
+    rec["memory"] = m["memory"]
+    rec["ptx_bytes"] = sum(len(v) for v in prog.files.values())
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, f"tinymoe196m-b2-{precision}.latch")
+    prog.save(path)
+    rec["artifact"] = os.path.relpath(path, ROOT)
+    rec["artifact_bytes"] = os.path.getsize(path)
+    rec["report"] = prog.report().splitlines()
+    return rec
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(build(args.child)))
+        return 0
+    import subprocess
+    results = {}
+    for prec in args.precisions.split(","):
+        # a fresh process per precision: cold compile, nothing shared
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", prec],
+                           capture_output=True, text=True, cwd=ROOT,
+                           env=dict(os.environ, LATCH_CACHE="0"))
+        if r.returncode != 0:
+            results[prec] = {"failed": r.stderr.strip().splitlines()[-15:]}
+        else:
+            results[prec] = json.loads(r.stdout.strip().splitlines()[-1])
+        res = results[prec]
+        print(prec, json.dumps({k: v for k, v in res.items() if k != "report"})[:3000],
+              flush=True)
+        for line in res.get("report", []):
+            print("   ", line)
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "build.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    return 0 if all("failed" not in r for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
