@@ -29,7 +29,7 @@ launches.
 """
 from __future__ import annotations
 
-from latch.errors import LatchError
+from latch.errors import LatchError, PassError
 
 _VIEW_OPS = {"memref.cast", "memref.collapse_shape", "memref.expand_shape",
              "memref.reinterpret_cast", "memref.view", "memref.subview"}
@@ -133,6 +133,16 @@ def _const_value(op):
     return int(ir.IntegerAttr(attr).value), dtype_name(op.results[0].type)
 
 
+def _first_branch(func_op):
+    """The first op of ``func_op``'s body, in block order, that transfers control to another
+    block (a ``cf.br``/``cf.cond_br``/... terminator), or None."""
+    for block in func_op.regions[0].blocks:
+        ops = [_op(o) for o in block.operations]
+        if ops and len(ops[-1].successors) > 0:
+            return ops[-1]
+    return None
+
+
 def extract_launch_schedule(module, entry: str | None = None) -> dict:
     """The launch schedule of ``entry`` (default: the function with ``latch.abi``)."""
     from mlir import ir
@@ -142,8 +152,11 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
     name = func_op.attributes["sym_name"].value
     block = func_op.regions[0].blocks[0]
     if len(func_op.regions[0].blocks) != 1:
-        raise LatchError(f"@{name}: the host function has control flow (host loops or "
-                         "branches); the launch schedule cannot express it")
+        first = _first_branch(func_op)
+        where = f": '{first.name}' at {first.location}" if first is not None else ""
+        raise PassError(f"@{name}: the host function has control flow (host loops or "
+                        f"branches){where}; the launch schedule cannot express it",
+                        first.location if first is not None else None)
     ftype = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
     args, results = list(ftype.inputs), list(ftype.results)
     states, num_inputs = _abi(func_op, len(args), len(results))

@@ -180,24 +180,137 @@ def _if_convert(body) -> None:
     filled by ``flag ? then-value : else-value`` (a parallel select copy).  The launch
     schedule stays one straight sequence of kernels that a CUDA graph replays; the skipped
     branch's kernels run but change nothing.  (A CUDA conditional graph node would skip
-    them; not done yet.)"""
+    them; not done yet.)  Then each memref ``arith.select`` becomes a fresh buffer and a
+    select copy placed right before the first use of its result (see
+    :func:`_select_to_copy`), reusing the if-conversion's flag of the same condition."""
     from mlir import ir
 
+    flags = {}      # condition -> the 0-d i8 buffer the if-conversion stored it to
     for op in list(body.operations):
         op = _op(op)
         if op.name == "scf.if" and _contains_parallel(op) is not None:
-            _if_convert_one(op)
-        elif op.name == "arith.select" and isinstance(op.results[0].type, ir.MemRefType):
+            _if_convert_one(op, flags)
+    # after the branches are straight-line code: a select may pick a buffer that a hoisted
+    # branch fills (every(N)'s grad_acc reset: select(due, zeros, acc + g), the zeros
+    # written inside the optimizer's branch), so its copy goes where the result is first
+    # used, not where the select stood
+    for op in list(body.operations):
+        op = _op(op)
+        if op.name == "arith.select" and isinstance(op.results[0].type, ir.MemRefType):
             # canonicalize folds an scf.if that only picks a buffer into a select
-            with ir.InsertionPoint(op), op.location:
-                flag = _store_flag(op.operands[0])
-                new = ir.Operation.create(
-                    "memref.alloc", [op.results[0].type], operands=[],
-                    attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}
-                ).result
-                _select_copy(flag, op.operands[1], op.operands[2], new)
-            op.results[0].replace_all_uses_with(new)
-            op.erase()
+            _select_to_copy(body, op, flags)
+
+
+_VIEWS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
+          "memref.reinterpret_cast", "memref.view", "memref.reshape")
+
+
+def _top_level(op, body):
+    """The op of ``body`` that holds ``op`` (itself when it is one)."""
+    while op is not None:
+        parent = op.parent
+        if parent is None:
+            return None
+        parent = _op(parent)
+        if parent.name == "func.func":
+            return op
+        op = parent
+    return None
+
+
+def _real_users(value, body):
+    """The top-level ops of ``body`` that use ``value`` or a view of it, other than the
+    views themselves."""
+    users, work = [], [value]
+    while work:
+        v = work.pop()
+        for use in v.uses:
+            user = _op(use.owner)
+            if user.name in _VIEWS and _op(user.parent).name == "func.func":
+                work.extend(user.results)
+                continue
+            top = _top_level(user, body)
+            if top is not None:
+                users.append(top)
+    return users
+
+
+def _written_roots(op):
+    """The roots of the buffers ``op`` (and the ops nested in it) may write; None: unknown."""
+    out = set()
+    for o in [op] + list(_walk(op)):
+        if o.name in ("linalg.yield", "scf.yield", "scf.reduce", "scf.condition",
+                      "affine.yield", "cf.assert") or \
+                o.name.startswith(("linalg.index", "gpu.terminator")):
+            continue
+        if o.regions and o.name not in ("linalg.generic",):
+            continue            # its nested ops are walked
+        w = _writes(o)
+        if w is None and o.name.startswith("linalg.") and \
+                "operandSegmentSizes" in o.attributes:
+            from mlir import ir
+            seg = list(ir.DenseI32ArrayAttr(o.attributes["operandSegmentSizes"]))
+            w = list(o.operands)[seg[0]:]       # a named op: its outs
+        if w is None:
+            return None
+        out.update(_root(v) for v in w)
+    return out
+
+
+def _select_to_copy(body, op, flags) -> None:
+    """A memref ``arith.select`` → a fresh buffer (allocated where the select stood) filled
+    by a select copy right before the first top-level op that uses the result (or a view of
+    it): in buffer semantics the select only picks a pointer, and each use reads the picked
+    buffer when it runs, so the copy must come after every write of either operand that
+    precedes that use (writes hoisted out of an if-converted branch included), not at the
+    select.  Writes of either operand between the first and the last use, or writes through
+    the result that a later op could read back through an operand, cannot be expressed by
+    one copy and are rejected."""
+    from mlir import ir
+
+    cond, a, b = op.operands[0], op.operands[1], op.operands[2]
+    result = op.results[0]
+    with ir.InsertionPoint(op), op.location:
+        new = ir.Operation.create(
+            "memref.alloc", [result.type], operands=[],
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+    result.replace_all_uses_with(new)
+    loc = op.location
+    op.erase()
+    users = _real_users(new, body)
+    if not users:
+        return
+    order = {o: i for i, o in enumerate(_op(x) for x in body.operations)}
+    users.sort(key=lambda u: order[u])
+    first, last = users[0], users[-1]
+    ops = [_op(x) for x in body.operations]
+    operands = {_root(a), _root(b)}
+    for o in ops[order[first]:order[last]]:
+        w = _written_roots(o)
+        if w is None or w & operands:
+            raise PassError(
+                f"latch-wrap-host-compute: '{o.name}' may write an operand of a buffer "
+                "select between the uses of its result; the select cannot become one copy",
+                o.location)
+    for i in range(order[first], len(ops)):
+        w = _written_roots(ops[i])
+        if w is not None and new not in w:
+            continue
+        for later in ops[i + 1:]:
+            used = {_root(v) for x in [later] + list(_walk(later)) for v in x.operands
+                    if isinstance(v.type, ir.MemRefType)}
+            if used & operands:
+                raise PassError(
+                    f"latch-wrap-host-compute: '{ops[i].name}' writes through a buffer "
+                    f"select that '{later.name}' reads back through the select's operand; "
+                    "the select cannot become a copy", ops[i].location)
+        break
+    flag = flags.get(cond)
+    if flag is None or _op(flag.owner) not in order or order[_op(flag.owner)] > order[first]:
+        with ir.InsertionPoint(first), loc:
+            flag = flags[cond] = _store_flag(cond)
+    with ir.InsertionPoint(first), loc:
+        _select_copy(flag, a, b, new)
 
 
 def _store_flag(cond, invert: bool = False):
@@ -219,7 +332,7 @@ def _store_flag(cond, invert: bool = False):
     return buf
 
 
-def _if_convert_one(if_op) -> None:
+def _if_convert_one(if_op, cache=None) -> None:
     from mlir import ir
 
     i1 = ir.IntegerType.get_signless(1)
@@ -232,6 +345,8 @@ def _if_convert_one(if_op) -> None:
             len(list(if_op.regions[1].blocks[0].operations)) > 1
         for polarity in ((True, False) if else_ops else (True,)):
             flags[polarity] = _store_flag(cond, invert=not polarity)
+    if cache is not None:
+        cache.setdefault(cond, flags[True])
     yields = {}
     for polarity, region in zip((True, False), if_op.regions):
         if not region.blocks:
@@ -241,7 +356,7 @@ def _if_convert_one(if_op) -> None:
         for inner in list(block.operations):
             inner = _op(inner)
             if inner.name == "scf.if" and _contains_parallel(inner) is not None:
-                _if_convert_one(inner)
+                _if_convert_one(inner, cache)
         local = set()
         ops = [_op(o) for o in block.operations]
         for inner in ops[:-1]:

@@ -296,3 +296,63 @@ func.func @gather_with_asserts(%table: memref<1024x768xf32>, %idx: memref<1024xi
   memref.copy %out, %res : memref<1024x768xf32> to memref<1024x768xf32>
   return %res : memref<1024x768xf32>
 }
+
+// -----
+
+// A buffer select (canonicalize's fold of an scf.if that only picks a buffer; every(N)'s
+// grad_acc reset `select(due, zeros, acc + g)`) whose operand is filled only later, inside
+// the branch around the optimizer's kernels.  The select only picks a pointer: its copy
+// must read the zeros after the hoisted (predicated) fill, i.e. go where the result is
+// first used, not where the select stood.
+#id = affine_map<(d0) -> (d0)>
+#sc = affine_map<(d0) -> ()>
+// CHECK-LABEL: func.func @select_filled_later(
+// CHECK: %[[ZEROS:[a-z0-9_]+]] = memref.alloc() {latch.pinned} : memref<8xf32>
+// CHECK: %[[SUM:[a-z0-9_]+]] = memref.alloc() {latch.pinned} : memref<8xf32>
+// CHECK: linalg.generic {{.*}} outs(%[[SUM]] : memref<8xf32>)
+// CHECK: %[[RESET:[a-z0-9_]+]] = memref.alloc() : memref<8xf32>
+// The branch's fill of the zeros, predicated on the flag, comes first ...
+// CHECK: linalg.generic {{.*}} ins(%{{.*}} : memref<i8>) outs(%[[ZEROS]] : memref<8xf32>)
+// ... and then the select copy that reads them.
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[ZEROS]], %[[SUM]] : memref<i8>, memref<8xf32>, memref<8xf32>) outs(%[[RESET]] : memref<8xf32>)
+// CHECK-NOT: linalg.generic {{.*}} outs(%[[ZEROS]] : memref<8xf32>)
+// CHECK: return %{{.*}}, %[[RESET]] :
+// KERNELS-LABEL: func.func @select_filled_later(
+// KERNELS-NOT: scf.
+// KERNELS-NOT: cf.
+// KERNELS-COUNT-7: gpu.launch_func
+// KERNELS-NEXT: return
+func.func @select_filled_later(%w: memref<8xf32>, %acc: memref<8xf32>, %g: memref<8xf32>, %step: memref<i64>) -> (memref<8xf32>, memref<8xf32>) {
+  %c1 = arith.constant 1 : i64
+  %c2 = arith.constant 2 : i64
+  %c0 = arith.constant 0 : i64
+  %zero = arith.constant 0.0 : f32
+  %s = memref.load %step[] : memref<i64>
+  %s1 = arith.addi %s, %c1 : i64
+  %r = arith.remsi %s1, %c2 : i64
+  %due = arith.cmpi eq, %r, %c0 : i64
+  %zeros = memref.alloc() {latch.pinned} : memref<8xf32>
+  %sum = memref.alloc() {latch.pinned} : memref<8xf32>
+  linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]} ins(%acc, %g : memref<8xf32>, memref<8xf32>) outs(%sum : memref<8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.addf %a, %b : f32
+    linalg.yield %d : f32
+  }
+  %reset = arith.select %due, %zeros, %sum : memref<8xf32>
+  %new = scf.if %due -> (memref<8xf32>) {
+    %upd = memref.alloc() : memref<8xf32>
+    linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]} ins(%w, %sum : memref<8xf32>, memref<8xf32>) outs(%upd : memref<8xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.subf %a, %b : f32
+      linalg.yield %d : f32
+    }
+    linalg.generic {indexing_maps = [#id], iterator_types = ["parallel"]} outs(%zeros : memref<8xf32>) {
+    ^bb0(%o: f32):
+      linalg.yield %zero : f32
+    }
+    scf.yield %upd : memref<8xf32>
+  } else {
+    scf.yield %w : memref<8xf32>
+  }
+  return %new, %reset : memref<8xf32>, memref<8xf32>
+}
