@@ -33,37 +33,20 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
     from mlir import ir
 
     import latch.dialect
-    from latch.compiler import _Timer, mlir_tensor_type
-    from latch.frontend.importer import import_to_linalg
-    from latch.frontend.trace import trace_loss_and_grads
-    from latch.optim.emit import build_update_module
-    from latch.stages import dump_dir, op_counts, run_stages
+    from latch.compiler import _Timer
+    from latch.stages import dump_dir, run_stages
 
     if options.target == "cuda":   # same front half, then the cuda stages (targets/cuda.py)
         from latch.targets.cuda import compile_program
         return compile_program(model, rule, inputs, options)
     timer = _Timer()
-    with timer("trace"):
-        traced = trace_loss_and_grads(model, inputs, precision=options.precision)
-    with timer("linalg"):
-        linalg_text = import_to_linalg(traced, "loss_and_grads")
-    params = [(n, mlir_tensor_type(s, d)) for n, s, d in
-              zip(traced.param_names, traced.param_shapes, traced.param_dtypes)]
-    input_types = [mlir_tensor_type(t.shape, t.dtype) for t in inputs]
-    with timer("latch"):
-        program_text = build_update_module(params, rule, input_types)
+    traced, program_text, linalg_text = front_half(model, rule, inputs, options, timer)
     dump_to = dump_dir()
-    if dump_to:
-        _dump(dump_to, "update-trace.txt", traced.graph_text)
-        _dump(dump_to, "update-linalg.mlir", linalg_text)
 
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
-        module = ir.Module.parse(program_text)
-        imported = ir.Module.parse(linalg_text)
-        _append_functions(module, imported)
+        module, counts_in = parse_program(program_text, linalg_text)
         slots = _state_slots(module)
-        counts_in = op_counts(module)
         records = run_stages(module, ["latch-lower-rules"], dump_to=dump_dir(), name="update")
         for r in records:
             timer.times[r.stage] = r.seconds
@@ -91,6 +74,45 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
     timer.times["buffers+llvm+jit"] = time.perf_counter() - t0
     manifest["compile_seconds"] = {k: round(v, 4) for k, v in timer.times.items()}
     return program
+
+
+def front_half(model, rule, inputs, options, timer):
+    """Stages 1-3 shared by every target: trace the loss and gradients (``trace``), import
+    them with torch-mlir (``linalg``) and emit the Latch program around them (``latch``).
+    Returns (traced graph, Latch program text, imported linalg text); each stage's time is
+    added to ``timer`` and, with ``LATCH_DUMP_DIR``, the trace and the import are dumped."""
+    from latch.compiler import mlir_tensor_type
+    from latch.frontend.importer import import_to_linalg
+    from latch.frontend.trace import trace_loss_and_grads
+    from latch.optim.emit import build_update_module
+    from latch.stages import dump_dir
+
+    with timer("trace"):
+        traced = trace_loss_and_grads(model, inputs, precision=options.precision)
+    with timer("linalg"):
+        linalg_text = import_to_linalg(traced, "loss_and_grads")
+    params = [(n, mlir_tensor_type(s, d)) for n, s, d in
+              zip(traced.param_names, traced.param_shapes, traced.param_dtypes)]
+    input_types = [mlir_tensor_type(t.shape, t.dtype) for t in inputs]
+    with timer("latch"):
+        program_text = build_update_module(params, rule, input_types)
+    dump_to = dump_dir()
+    if dump_to:
+        _dump(dump_to, "update-trace.txt", traced.graph_text)
+        _dump(dump_to, "update-linalg.mlir", linalg_text)
+    return traced, program_text, linalg_text
+
+
+def parse_program(program_text: str, linalg_text: str):
+    """The Latch program with the imported functions appended, parsed in the current
+    context (the latch dialect loaded); returns (module, op counts by dialect)."""
+    from mlir import ir
+
+    from latch.stages import op_counts
+
+    module = ir.Module.parse(program_text)
+    _append_functions(module, ir.Module.parse(linalg_text))
+    return module, op_counts(module)
 
 
 def _dump(folder: str, name: str, text: str) -> None:

@@ -306,29 +306,16 @@ def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
     from mlir import ir
 
     import latch.dialect
-    from latch.compiler import _Timer, mlir_tensor_type
-    from latch.frontend.importer import import_to_linalg
-    from latch.frontend.trace import trace_loss_and_grads
-    from latch.optim.emit import build_update_module
-    from latch.program import _TORCH_NAMES, _append_functions
-    from latch.stages import dump_dir, op_counts, run_stages
+    from latch.compiler import _Timer
+    from latch.program import _TORCH_NAMES, front_half, parse_program
+    from latch.stages import dump_dir, run_stages
 
     timer = _Timer()
-    with timer("trace"):
-        traced = trace_loss_and_grads(model, inputs, precision=options.precision)
-    with timer("linalg"):
-        linalg_text = import_to_linalg(traced, "loss_and_grads")
-    params = [(n, mlir_tensor_type(s, d)) for n, s, d in
-              zip(traced.param_names, traced.param_shapes, traced.param_dtypes)]
-    input_types = [mlir_tensor_type(t.shape, t.dtype) for t in inputs]
-    with timer("latch"):
-        program_text = build_update_module(params, rule, input_types)
+    traced, program_text, linalg_text = front_half(model, rule, inputs, options, timer)
     chip, features, block, opt_level = "sm_90", "+ptx80", "32,8", 3
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
-        module = ir.Module.parse(program_text)
-        _append_functions(module, ir.Module.parse(linalg_text))
-        counts_in = op_counts(module)
+        module, counts_in = parse_program(program_text, linalg_text)
         records = run_stages(module, ["latch-lower-rules"], dump_to=dump_dir(), name="update")
         for r in records:
             timer.times[r.stage] = r.seconds
