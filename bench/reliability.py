@@ -279,6 +279,7 @@ def checkpoints(options) -> list[Row]:
     import torch
 
     import latch
+    import latch.artifact as artifact
     import latch.checkpoint as ckpt
     from latch import optim
     from latch.checkpoint import load_state
@@ -312,7 +313,7 @@ def checkpoints(options) -> list[Row]:
                 def half(f, data):
                     f.write(data[:len(data) // 2])
                     raise Interrupted(where)
-                saved["_write_all"], ckpt._write_all = ckpt._write_all, half
+                saved["_write_all"], artifact._write_all = artifact._write_all, half
             else:
                 def boom(*a, **k):
                     raise Interrupted(where)
@@ -324,7 +325,7 @@ def checkpoints(options) -> list[Row]:
                 pass
             finally:
                 for k, v in saved.items():
-                    setattr(ckpt if k == "_write_all" else ckpt.os, k, v)
+                    setattr(artifact if k == "_write_all" else ckpt.os, k, v)
         return run
 
     def killed(path):

@@ -29,7 +29,7 @@ def _version() -> str:
 
 
 def write_artifact(path, manifest: dict, files: dict[str, bytes]) -> None:
-    """Write atomically: a temporary file in the same folder, fsync, rename."""
+    """Write atomically (:func:`atomic_write`)."""
     manifest = {k: v for k, v in manifest.items() if k not in _VOLATILE}
     manifest["artifact"] = {"format": FORMAT, "latch_version": _version(),
                             "files": {n: hashlib.sha256(b).hexdigest()
@@ -43,19 +43,45 @@ def write_artifact(path, manifest: dict, files: dict[str, bytes]) -> None:
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             z.writestr(info, entries[name])
+    atomic_write(path, buf.getvalue())
+
+
+def _write_all(f, data: bytes) -> None:
+    """Write ``data`` to ``f`` in 1 MiB pieces (a seam for the interruption tests)."""
+    view = memoryview(data)
+    for i in range(0, len(view), 1 << 20):
+        f.write(view[i:i + (1 << 20)])
+
+
+def atomic_write(path, data: bytes, tmp_prefix: str = ".latch-") -> None:
+    """Temporary file in the same folder, write, flush, fsync, rename, fsync the folder:
+    a reader sees the old file or the new one, never a torn one.  Used for artifacts,
+    checkpoints and the compile cache's index."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".latch-", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=tmp_prefix, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
+            _write_all(f, data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
+    try:                                    # make the rename itself durable
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
 
 
 def read_artifact(path) -> tuple[dict, dict[str, bytes]]:

@@ -38,8 +38,9 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
+
+from latch.artifact import atomic_write
 
 log = logging.getLogger("latch.cache")
 
@@ -293,25 +294,10 @@ class CompileCache:
         program.save(path)
         entries = [e for e in self._read_index(k.identity) if e.get("key") != k.key]
         entries.append({"key": k.key, "components": k.digests})
-        _atomic_write(self._index_path(k.identity),
-                      json.dumps({"entries": entries[-_INDEX_KEEP:]}, indent=1,
-                                 sort_keys=True).encode())
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        index = self._index_path(k.identity)
+        os.makedirs(os.path.dirname(index), exist_ok=True)
+        atomic_write(index, json.dumps({"entries": entries[-_INDEX_KEEP:]}, indent=1,
+                                       sort_keys=True).encode())
 
 
 # ----------------------------------------------------------------------------- compile()

@@ -28,11 +28,11 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import zipfile
 
 import numpy as np
 
+from latch.artifact import atomic_write
 from latch.errors import LatchError
 
 FORMAT = "latch-checkpoint/1"
@@ -121,46 +121,10 @@ def encode(state) -> bytes:
     return buf.getvalue()
 
 
-def _write_all(f, data: bytes) -> None:
-    """Write ``data`` to ``f`` in 1 MiB pieces (a seam for the interruption tests)."""
-    view = memoryview(data)
-    for i in range(0, len(view), 1 << 20):
-        f.write(view[i:i + (1 << 20)])
-
-
-def atomic_write(path, data: bytes) -> None:
-    """Temporary file in the same folder, write, flush, fsync, rename, fsync the folder."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".latch-ckpt-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            _write_all(f, data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:                                    # make the rename itself durable
-        dfd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
 # ----------------------------------------------------------------------------- API
 def save_state(state, path) -> None:
     """Write ``state`` to ``path`` atomically (see the module docstring)."""
-    atomic_write(path, encode(state))
+    atomic_write(path, encode(state), tmp_prefix=".latch-ckpt-")
 
 
 def read_checkpoint(path) -> tuple[dict, dict[str, np.ndarray]]:

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import latch
+import latch.artifact as artifact
 import latch.checkpoint as ckpt
 from latch import optim
 from latch.checkpoint import load_state
@@ -96,7 +97,7 @@ def test_interrupted_save_leaves_the_old_checkpoint_intact(trained, tmp_path, mo
         def half(f, data):
             f.write(data[:len(data) // 2])
             raise Interrupted(where)
-        monkeypatch.setattr(ckpt, "_write_all", half)
+        monkeypatch.setattr(artifact, "_write_all", half)
     else:
         monkeypatch.setattr(ckpt.os, where, boom)
     with pytest.raises(Interrupted):
@@ -110,7 +111,7 @@ def test_interrupted_save_leaves_the_old_checkpoint_intact(trained, tmp_path, mo
 _KILLED_CHILD = textwrap.dedent("""
     import json, os, signal, sys
     import numpy as np
-    import latch.checkpoint as ckpt
+    import latch.artifact
     from latch.state import TrainingState
     spec = json.load(open(sys.argv[1]))
     arrays = dict(np.load(sys.argv[2]))
@@ -118,7 +119,7 @@ _KILLED_CHILD = textwrap.dedent("""
     def half_then_die(f, data):
         f.write(data[:len(data) // 2]); f.flush(); os.fsync(f.fileno())
         os.kill(os.getpid(), signal.SIGKILL)
-    ckpt._write_all = half_then_die
+    latch.artifact._write_all = half_then_die
     state.save(sys.argv[3])
 """)
 
