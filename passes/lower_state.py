@@ -21,6 +21,19 @@ from latch.passes.base import ModulePass
 from latch.passes.lower_optimizers import collect, create, ir
 
 
+def calls_to_func_call(root) -> None:
+    """Every ``latch.call`` under ``root`` becomes the ``func.call`` it stands for (legal once
+    the call no longer sits inside an op MLIR does not know)."""
+    I = ir()
+    for op in collect(root, ("latch.call",)):
+        with I.InsertionPoint(op), op.location:
+            call = create("func.call", list(op.operands), [r.type for r in op.results],
+                          {"callee": op.attributes["callee"]})
+        for r, n in zip(op.results, call.results):
+            r.replace_all_uses_with(n)
+        op.erase()
+
+
 def _str(op, name):
     I = ir()
     return I.StringAttr(op.attributes[name]).value
@@ -114,13 +127,7 @@ class LowerState(ModulePass):
                                     f"{decls[i][2]}", op.location)
                 written[sname] = v
                 op.erase()
-        for op in collect(u, ("latch.call",)):
-            with I.InsertionPoint(op), op.location:
-                call = create("func.call", list(op.operands), [r.type for r in op.results],
-                              {"callee": op.attributes["callee"]})
-            for r, n in zip(op.results, call.results):
-                r.replace_all_uses_with(n)
-            op.erase()
+        calls_to_func_call(u)
         for old, new in zip(block.arguments, input_args):
             old.replace_all_uses_with(new)
         results = [written.get(n, state_args[i]) for i, (n, _, _) in enumerate(decls)]

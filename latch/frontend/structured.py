@@ -669,20 +669,14 @@ def lower_latch_module(text: str) -> str:
     from mlir import ir
 
     import latch.dialect
-    from latch.passes.lower_optimizers import collect, create
+    from latch.passes.lower_state import calls_to_func_call
     from latch.pipeline import run_pipeline
 
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
         module = ir.Module.parse(text)
         run_pipeline(module, LOWER_LATCH)
-        for op in collect(module, ("latch.call",)):
-            with ir.InsertionPoint(op), op.location:
-                new = create("func.call", list(op.operands), [r.type for r in op.results],
-                             {"callee": op.attributes["callee"]})
-            for a, b in zip(op.results, new.results):
-                a.replace_all_uses_with(b)
-            op.erase()
+        calls_to_func_call(module)
         run_pipeline(module, FINISH)
         return module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
 
