@@ -285,6 +285,7 @@ def checkpoints(options) -> list[Row]:
     from latch.checkpoint import load_state
     from models import MLPRegression, make_mlp
     import test_checkpoint as tc
+    from zip_edit import rewrite_zip
 
     model, inputs = make_mlp(seed=3)
     rule = lambda: optim.every(2, optim.AdamW(1e-2, weight_decay=0.1))  # noqa: E731
@@ -392,15 +393,15 @@ def checkpoints(options) -> list[Row]:
          "corrupted|checksum"),
         ("truncated", lambda p: p.write_bytes(p.read_bytes()[:len(p.read_bytes()) // 2]), prog,
          "corrupted"),
-        ("tensor tampered, zip valid", lambda p: tc._rezip(p, tc._tamper_first_tensor), prog,
+        ("tensor tampered, zip valid", lambda p: rewrite_zip(p, tc._tamper_first_tensor), prog,
          "checksum mismatch in state"),
-        ("tensor missing", lambda p: tc._rezip(p, lambda f: f.pop("tensors/00000")), prog,
+        ("tensor missing", lambda p: rewrite_zip(p, lambda f: f.pop("tensors/00000")), prog,
          "is missing"),
-        ("manifest unreadable", lambda p: tc._rezip(
+        ("manifest unreadable", lambda p: rewrite_zip(
             p, lambda f: f.update({"checkpoint.json": b"{"})), prog, "unreadable"),
-        ("another Latch version", lambda p: tc._rezip(p, tc._edit_manifest(
+        ("another Latch version", lambda p: rewrite_zip(p, tc._edit_manifest(
             lambda m: m.update(latch_version="0.0.1"))), prog, "written by Latch 0.0.1"),
-        ("another format", lambda p: tc._rezip(p, tc._edit_manifest(
+        ("another format", lambda p: rewrite_zip(p, tc._edit_manifest(
             lambda m: m.update(format="latch-checkpoint/9"))), prog, "checkpoint format"),
         ("a program artifact, not a checkpoint", lambda p: prog.save(p), prog,
          "no checkpoint.json"),

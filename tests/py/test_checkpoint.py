@@ -3,14 +3,12 @@
 ``state.save(path)`` writes; ``latch.checkpoint.load_state(path, prog)`` reads back a new
 TrainingState after checking the format, the version, every tensor's SHA-256 and the
 program's state layout."""
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import zipfile
 
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ import latch.checkpoint as ckpt
 from latch import optim
 from latch.checkpoint import load_state
 from models import MLPRegression, make_mlp
+from zip_edit import rewrite_zip
 
 
 @pytest.fixture(scope="module")
@@ -148,18 +147,6 @@ def test_save_killed_mid_write_leaves_the_old_checkpoint_intact(trained, tmp_pat
         load_state(orphans[0], prog)             # the torn file itself is rejected
 
 
-def _rezip(path, edit):
-    """Rewrite the checkpoint at ``path`` with ``edit(files)`` applied (valid zip CRCs)."""
-    with zipfile.ZipFile(path) as z:
-        files = {n: z.read(n) for n in z.namelist()}
-    edit(files)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for n, b in files.items():
-            z.writestr(n, b)
-    path.write_bytes(buf.getvalue())
-
-
 def _edit_manifest(fn):
     def edit(files):
         m = json.loads(files["checkpoint.json"])
@@ -176,17 +163,17 @@ def test_corrupted_checkpoints_are_rejected(trained, tmp_path):
                          "corrupted|not a Latch checkpoint|checksum"),
         "truncated": (lambda p: p.write_bytes(p.read_bytes()[:len(p.read_bytes()) // 2]),
                       "not a Latch checkpoint or is corrupted"),
-        "tensor tampered (valid zip)": (lambda p: _rezip(p, _tamper_first_tensor),
+        "tensor tampered (valid zip)": (lambda p: rewrite_zip(p, _tamper_first_tensor),
                                         "checksum mismatch in state 'fc1.weight'"),
-        "tensor missing": (lambda p: _rezip(p, lambda f: f.pop("tensors/00000")),
+        "tensor missing": (lambda p: rewrite_zip(p, lambda f: f.pop("tensors/00000")),
                            "tensor of state 'fc1.weight' is missing"),
-        "manifest missing": (lambda p: _rezip(p, lambda f: f.pop("checkpoint.json")),
+        "manifest missing": (lambda p: rewrite_zip(p, lambda f: f.pop("checkpoint.json")),
                              "no checkpoint.json"),
-        "manifest garbage": (lambda p: _rezip(p, lambda f: f.update({"checkpoint.json": b"{"})),
+        "manifest garbage": (lambda p: rewrite_zip(p, lambda f: f.update({"checkpoint.json": b"{"})),
                              "unreadable"),
-        "other version": (lambda p: _rezip(p, _edit_manifest(
+        "other version": (lambda p: rewrite_zip(p, _edit_manifest(
             lambda m: m.update(latch_version="0.0.1"))), "written by Latch 0.0.1"),
-        "other format": (lambda p: _rezip(p, _edit_manifest(
+        "other format": (lambda p: rewrite_zip(p, _edit_manifest(
             lambda m: m.update(format="latch-checkpoint/9"))), "format 'latch-checkpoint/9'"),
         "not a zip": (lambda p: p.write_bytes(b"hello"), "not a Latch checkpoint"),
         "an artifact": (lambda p: prog.save(p), "no checkpoint.json"),
@@ -229,6 +216,6 @@ def test_layout_mismatch_names_the_difference(trained, tmp_path):
                                                r"checkpoint, the program expects \[16, 8\]"):
         load_state(path, wprog)
     # a manifest whose kinds were edited
-    _rezip(path, _edit_manifest(lambda m: m["states"][0].update(kind="moment")))
+    rewrite_zip(path, _edit_manifest(lambda m: m["states"][0].update(kind="moment")))
     with pytest.raises(latch.LatchError, match="has kind 'moment' in the checkpoint"):
         load_state(path, prog)

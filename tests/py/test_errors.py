@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import json
 import re
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +25,7 @@ import torch.nn as nn
 import latch
 from latch import optim
 from models import make_mlp
+from zip_edit import rewrite_zip
 
 
 @dataclasses.dataclass
@@ -114,14 +113,7 @@ def _artifact(edit=None, raw=None) -> Path:
     path = Path(tempfile.mkdtemp(prefix="latch-errors-")) / "mlp.latch"
     prog.save(path)
     if edit is not None:
-        with zipfile.ZipFile(path) as z:
-            files = {n: z.read(n) for n in z.namelist()}
-        edit(files)
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w") as z:
-            for n, b in files.items():
-                z.writestr(n, b)
-        path.write_bytes(buf.getvalue())
+        rewrite_zip(path, edit)
     if raw is not None:
         path.write_bytes(raw(path.read_bytes()))
     return path
