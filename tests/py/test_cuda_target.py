@@ -24,6 +24,17 @@ _HOST_OK = {"arith.constant", "memref.alloc", "memref.dealloc", "gpu.launch_func
             "memref.collapse_shape", "memref.expand_shape", "memref.reinterpret_cast"}
 
 
+def _bench_module(name: str):
+    """A script of bench/ imported as a module (they are not a package)."""
+    import importlib
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 def _sgd_text() -> str:
     with open(SGD) as f:
         return f.read()
@@ -244,11 +255,7 @@ def test_runtime_runs_the_artifact_or_skips(tmp_path):
     except ImportError:
         pytest.skip("no MLIR here to build the artifact")
     prog = _load_or_skip(path)
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        from gpu_smoke import reference_steps
-    finally:
-        sys.path.pop(0)
+    reference_steps = _bench_module("gpu_smoke").reference_steps
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(256, 64, generator=g), torch.randn(256, 16, generator=g)
     w0 = 0.1 * torch.randn(64, 16, generator=g)
@@ -592,12 +599,8 @@ def test_nonfinite_step_on_the_gpu_leaves_state_bitwise_unchanged(tmp_path, poli
         pytest.skip("no CUDA GPU")
     import latch
 
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        import build_nonfinite_artifacts as build
-        import gpu_nonfinite
-    finally:
-        sys.path.pop(0)
+    build = _bench_module("build_nonfinite_artifacts")
+    gpu_nonfinite = _bench_module("gpu_nonfinite")
     model, clean, poison = build.batches()
     path = tmp_path / f"{policy}.latch"
     try:
@@ -697,11 +700,7 @@ def test_no_kernel_reads_an_arena_buffer_before_it_is_written(monkeypatch, rule)
     import latch
     import latch.targets.cuda as cuda
 
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        import build_nonfinite_artifacts as build
-    finally:
-        sys.path.pop(0)
+    build = _bench_module("build_nonfinite_artifacts")
     seen = {}
     original = cuda.compile_update_module
 
@@ -742,11 +741,7 @@ def test_wrapped_ir_runs_on_the_cpu_like_the_cpu_program(monkeypatch, rule):
     from latch.pipeline import run_pipeline
     from latch.targets import cpu
 
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        import build_nonfinite_artifacts as build
-    finally:
-        sys.path.pop(0)
+    build = _bench_module("build_nonfinite_artifacts")
     seen = {}
     original = cuda.compile_update_module
 
