@@ -44,14 +44,15 @@ def _summary(module) -> str:
 
 
 def _memory_plan(module) -> str:
+    from latch.passes.plan_memory import recorded_plan
+
     parts = []
     for op in module.body.operations:
-        attrs = op.operation.attributes
-        if "latch.arena_bytes" in attrs:
-            arena = ir.IntegerAttr(attrs["latch.arena_bytes"]).value
-            total = ir.IntegerAttr(attrs["latch.buffer_bytes"]).value
-            parts.append(f"; memory plan of {ir.StringAttr(attrs['sym_name']).value}: "
-                         f"arena {arena} B for {total} B of temporaries")
+        plan = recorded_plan(op.operation)
+        if plan:
+            name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+            parts.append(f"; memory plan of {name}: arena {plan['arena_bytes']} B for "
+                         f"{plan['buffer_bytes']} B of temporaries")
     return "".join(parts)
 
 

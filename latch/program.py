@@ -51,7 +51,6 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
         for r in records:
             timer.times[r.stage] = r.seconds
         lowered = module.operation.get_asm(print_generic_op_form=True)
-        memory = {"arena_bytes": 0, "buffer_bytes": 0}
     if dump_to:   # the input of the cpu stages: replay with latch-bufferize-host etc.
         _dump(dump_to, "update-01-latch-bufferize-host.mlir", lowered)
 
@@ -65,7 +64,6 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
         "states": slots,
         "inputs": [{"shape": list(t.shape), "dtype": _TORCH_NAMES[t.dtype]} for t in inputs],
         "outputs": [{"name": "loss", "shape": [], "dtype": "f32"}],
-        "memory": memory,
         "ops": {"before_lowering": counts_in},
         "ir_sha256": hashlib.sha256(lowered.encode()).hexdigest(),
     }
@@ -147,19 +145,6 @@ def _state_slots(module) -> list[dict]:
                           "kind": ir.StringAttr(o.attributes["kind"]).value,
                           "shape": shape, "dtype": dtype})
     return slots
-
-
-def _memory_plan(module, entry: str) -> dict:
-    from mlir import ir
-
-    for op in module.body.operations:
-        o = op.operation
-        if o.name == "func.func" and ir.StringAttr(o.attributes["sym_name"]).value == entry:
-            attrs = o.attributes
-            if "latch.arena_bytes" in attrs:
-                return {"arena_bytes": ir.IntegerAttr(attrs["latch.arena_bytes"]).value,
-                        "buffer_bytes": ir.IntegerAttr(attrs["latch.buffer_bytes"]).value}
-    return {"arena_bytes": 0, "buffer_bytes": 0}
 
 
 class Program:

@@ -38,20 +38,6 @@ def op_counts(module) -> dict:
     return dict(sorted(counts.items()))
 
 
-def count_ops(module, names: set[str]) -> int:
-    n = 0
-
-    def visit(op):
-        nonlocal n
-        if op.operation.name in names:
-            n += 1
-        from mlir import ir
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return n
-
-
 def dump_dir() -> str | None:
     return os.environ.get("LATCH_DUMP_DIR") or None
 

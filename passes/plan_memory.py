@@ -190,6 +190,17 @@ def _materialize(body, buffers, arena: int, alignment: int) -> None:
         b.op.results[0].replace_all_uses_with(view)
         b.op.erase()
 
+def recorded_plan(func_op) -> dict | None:
+    """``{"arena_bytes", "buffer_bytes"}`` that this pass recorded on ``func_op``, or None."""
+    from mlir import ir
+
+    attrs = func_op.attributes
+    if "latch.arena_bytes" not in attrs:
+        return None
+    return {"arena_bytes": ir.IntegerAttr(attrs["latch.arena_bytes"]).value,
+            "buffer_bytes": ir.IntegerAttr(attrs["latch.buffer_bytes"]).value}
+
+
 def _functions(module):
     region = module.regions[0]
     for op in region.blocks[0].operations:

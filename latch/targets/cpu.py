@@ -44,18 +44,15 @@ from latch.passes.widen_i1_memrefs import widen_i1_memrefs  # noqa: E402,F401  (
 
 
 def _memory_plan(module, func_name: str) -> dict:
-    """The arena planned for ``func_name`` by latch-plan-memory (bytes)."""
-    import mlir.ir as ir
+    """The arena planned for ``func_name`` by latch-plan-memory (bytes; zeros if none)."""
+    from latch.passes.plan_memory import recorded_plan
 
     try:
         fn = _find_func(module, func_name)
     except LatchError:          # already lowered past func.func
-        return {"arena_bytes": 0, "buffer_bytes": 0}
-    attrs = fn.attributes
-    if "latch.arena_bytes" not in attrs:
-        return {"arena_bytes": 0, "buffer_bytes": 0}
-    return {"arena_bytes": ir.IntegerAttr(attrs["latch.arena_bytes"]).value,
-            "buffer_bytes": ir.IntegerAttr(attrs["latch.buffer_bytes"]).value}
+        fn = None
+    return (recorded_plan(fn) if fn is not None else None) or {"arena_bytes": 0,
+                                                               "buffer_bytes": 0}
 
 
 @functools.cache
