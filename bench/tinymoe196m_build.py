@@ -1,9 +1,10 @@
-"""Build the TinyMoE-196M (WORKLOADS.md) B2 update for target cuda, fp32 and bf16: cold
-compile (LATCH_CACHE=0), per-stage compile time, launch/kernel counts, arena, artifact size.
+"""Build the TinyMoE-196M (WORKLOADS.md) update for target cuda: cold compile
+(LATCH_CACHE=0), per-stage compile time, launch/kernel counts, arena, artifact size.
 
-    .venv/bin/python bench/tinymoe196m_build.py [--precisions fp32,bf16]
+    .venv/bin/python bench/tinymoe196m_build.py [--builds b2-bf16,b32-bf16,b2-fp32]
 
-Writes bench/artifacts/tinymoe196m/tinymoe196m-b2-<precision>.latch (PTX + manifest, no
+Each build is ``b<batch>-<precision>`` with the recipe of its batch (B2 for b2, Q for
+b32).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch (PTX + manifest, no
 weights: the GPU side rebuilds the model from the same seed) and build.json next to them
 (compile times, counts, and a fingerprint of the initial parameters so that the GPU side
 can check it built the same model).  bench/tinymoe196m_gpu.py runs them on the GPU.
@@ -34,16 +35,20 @@ def fingerprint(model) -> dict:
     return out
 
 
-def build(precision: str) -> dict:
+def build(name: str) -> dict:
     os.environ["LATCH_CACHE"] = "0"
     import latch
     from tinymoe_model import make_tinymoe_196m, tinymoe_rule
 
-    model, example = make_tinymoe_196m(batch=2)
-    rec = {"precision": precision, "batch": 2, "fingerprint": fingerprint(model)}
+    batch_s, precision = name.split("-")
+    batch = int(batch_s[1:])
+    recipe = "B2" if batch == 2 else "Q"
+    model, example = make_tinymoe_196m(batch=batch)
+    rec = {"precision": precision, "batch": batch, "recipe": recipe,
+           "fingerprint": fingerprint(model)}
     t0 = time.perf_counter()
     try:
-        prog = latch.compile(model, tinymoe_rule("B2"), example, target="cuda",
+        prog = latch.compile(model, tinymoe_rule(recipe), example, target="cuda",
                              precision=precision)
     except Exception as e:  # noqa: BLE001 - record where the cuda path stops
         rec["failed"] = f"{type(e).__name__}: {str(e)[:2000]}"
@@ -61,7 +66,7 @@ def build(precision: str) -> dict:
     rec["memory"] = m["memory"]
     rec["ptx_bytes"] = sum(len(v) for v in prog.files.values())
     os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, f"tinymoe196m-b2-{precision}.latch")
+    path = os.path.join(OUT, f"tinymoe196m-{name}.latch")
     prog.save(path)
     rec["artifact"] = os.path.relpath(path, ROOT)
     rec["artifact_bytes"] = os.path.getsize(path)
@@ -71,16 +76,19 @@ def build(precision: str) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--builds", default="b2-bf16,b32-bf16")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(build(args.child)))
         return 0
     import subprocess
-    results = {}
-    for prec in args.precisions.split(","):
-        # a fresh process per precision: cold compile, nothing shared
+    os.makedirs(OUT, exist_ok=True)
+    bpath = os.path.join(OUT, "build.json")
+    results = json.load(open(bpath)) if os.path.exists(bpath) else {}
+    results = {k: v for k, v in results.items() if "-" in k}   # older layout: by precision
+    for prec in args.builds.split(","):
+        # a fresh process per build: cold compile, nothing shared
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", prec],
                            capture_output=True, text=True, cwd=ROOT,
                            env=dict(os.environ, LATCH_CACHE="0"))
@@ -93,8 +101,7 @@ def main() -> int:
               flush=True)
         for line in res.get("report", []):
             print("   ", line)
-    os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "build.json"), "w") as f:
+    with open(bpath, "w") as f:
         json.dump(results, f, indent=1)
     return 0 if all("failed" not in r for r in results.values()) else 1
 

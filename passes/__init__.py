@@ -16,6 +16,7 @@ PASSES: dict[str, str] = {
     "latch-lower-optimizers": "lower_optimizers:LowerOptimizers",
     "latch-plan-memory": "plan_memory:PlanMemory",
     "latch-wrap-host-compute": "wrap_host_compute:WrapHostCompute",
+    "latch-form-contraction-kernels": "form_contraction_kernels:FormContractionKernels",
     "latch-widen-i1-memrefs": "widen_i1_memrefs:WidenI1Memrefs",
 }
 

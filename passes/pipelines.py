@@ -28,6 +28,7 @@ class NamedPipeline:
 
 
 _GPU_DEFAULTS = (("chip", "sm_90"), ("features", "+ptx80"), ("block", "32,8"))
+_FORM_DEFAULTS = _GPU_DEFAULTS + (("mma", "true"),)
 
 PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     NamedPipeline(
@@ -50,14 +51,16 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     ),
     NamedPipeline(
         "latch-form-kernels",
-        "stage 'kernels': host code that touches buffers is wrapped for the device, the "
-        "parallel loops of each linalg op become outlined gpu.func kernels, and the host "
-        "keeps only the launch schedule",
-        ("latch-wrap-host-compute", "func.func(convert-linalg-to-parallel-loops)",
+        "stage 'kernels': host code that touches buffers is wrapped for the device, "
+        "contractions become tiled (tensor-core) kernels, the parallel loops of each other "
+        "linalg op become outlined gpu.func kernels, and the host keeps only the launch "
+        "schedule",
+        ("latch-wrap-host-compute", "latch-form-contraction-kernels{{mma={mma}}}",
+         "func.func(convert-linalg-to-parallel-loops)",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
          "func.func(gpu-map-parallel-loops)", "func.func(convert-parallel-loops-to-gpu)",
          "gpu-kernel-outlining", "lower-affine", "convert-scf-to-cf", "canonicalize"),
-        _GPU_DEFAULTS,
+        _FORM_DEFAULTS,
     ),
     NamedPipeline(
         "latch-kernels-to-ptx",

@@ -81,24 +81,76 @@ def _stage_of(module) -> str:
 
 
 def serialize_kernels(module, chip: str, features: str, opt_level: int = 3,
-                      only=None) -> dict[str, str]:
+                      only=None, jobs: int | None = None,
+                      min_per_job: int = 16) -> dict[str, str]:
     """PTX of every gpu.module of ``module`` (after latch-form-kernels): {module name: ptx}
     (of those named in ``only``, when given).  Works on a copy from which host functions
-    are removed, so only kernels are lowered."""
+    are removed, so only kernels are lowered.
+
+    Kernel modules are independent, so with ``jobs`` > 1 (default: ``LATCH_JOBS`` or the
+    number of CPUs) they are split into that many groups (of at least ``min_per_job``
+    modules: fewer are not worth a process) lowered in worker processes; each module's PTX
+    depends only on that module, so the result does not depend on ``jobs``."""
+    import os
+
     from mlir import ir
-    from mlir.dialects import gpu
 
     copy = ir.Module.parse(str(module), context=module.context)
+    names = []
     for op in list(copy.body.operations):
         if op.operation.name != "gpu.module" or \
                 (only is not None and
                  ir.StringAttr(op.operation.attributes["sym_name"]).value not in only):
             op.operation.erase()
+        else:
+            names.append(ir.StringAttr(op.operation.attributes["sym_name"]).value)
     if "gpu.container_module" not in copy.operation.attributes:
         copy.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
-    _run(copy, kernels_to_ptx_pipeline(chip, features, opt_level), "latch-kernels-to-ptx")
+    if jobs is None:
+        jobs = int(os.environ.get("LATCH_JOBS", "0")) or (os.cpu_count() or 1)
+    jobs = max(1, min(jobs, len(names) // max(1, min_per_job)))
+    if jobs == 1:
+        _run(copy, kernels_to_ptx_pipeline(chip, features, opt_level), "latch-kernels-to-ptx")
+        return _ptx_of_binaries(copy)
+    import concurrent.futures
+    import multiprocessing
+
+    text = copy.operation.get_asm(print_generic_op_form=True)
+    groups = [names[i::jobs] for i in range(jobs)]
+    out: dict[str, str] = {}
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        for part in pool.map(_serialize_group, [text] * jobs, groups, [chip] * jobs,
+                             [features] * jobs, [opt_level] * jobs):
+            out.update(part)
+    return out
+
+
+def _serialize_group(text: str, keep: list[str], chip: str, features: str,
+                     opt_level: int) -> dict[str, str]:
+    """Worker of serialize_kernels: lower the kernel modules named ``keep`` of ``text``."""
+    from mlir import ir
+
+    import latch.dialect
+
+    with ir.Context() as ctx, ir.Location.unknown():
+        latch.dialect.load(ctx)
+        module = ir.Module.parse(text)
+        wanted = set(keep)
+        for op in list(module.body.operations):
+            if ir.StringAttr(op.operation.attributes["sym_name"]).value not in wanted:
+                op.operation.erase()
+        _run(module, kernels_to_ptx_pipeline(chip, features, opt_level),
+             "latch-kernels-to-ptx")
+        return _ptx_of_binaries(module)
+
+
+def _ptx_of_binaries(module) -> dict[str, str]:
+    from mlir import ir
+    from mlir.dialects import gpu
+
     out = {}
-    for op in copy.body.operations:
+    for op in module.body.operations:
         op = op.operation
         if op.name != "gpu.binary":
             continue

@@ -1,0 +1,272 @@
+"""TinyMoE-196M updates on the GPU, side by side: Latch vs PyTorch eager vs torch.compile +
+CUDA graph (runtime only here: the Latch artifacts come from bench/tinymoe196m_build.py).
+
+    LATCH_COMMIT=$(git rev-parse HEAD) PYTHONPATH=.:tests/py:bench \
+        python bench/tinymoe_bench_gpu.py [--batches 2,32] [--iters 20] [--curve-steps 200]
+
+For each batch (B2: recipe B2, B32: recipe Q; bf16 autocast matmuls, fp32 master weights,
+AdamW 0.9/0.95 eps 1e-8 wd 0.1, clip 1.0, warmup+cosine learning rate; WORKLOADS.md), each
+engine runs in its own process on the same model (same seed) and the same fixed batch:
+
+* ``latch``: the artifact ``tinymoe196m-b<B>-bf16.latch``, one CUDA graph replay per update;
+* ``torch-eager``: zero_grad, autocast forward, backward, clip_grad_norm_, AdamW, schedule;
+* ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
+  update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
+  one CUDA graph and replayed.
+
+Each engine first trains ``--curve-steps`` updates on the fixed batch from the fresh state
+(the loss curve; the curves are compared: Latch against eager, and eager against the
+compiled control as the size of bf16 noise), then times ``--iters`` further updates with
+CUDA events (median, min, max).  Prints a table with ratios; writes
+bench/results/tinymoe_bench-<UTC>.json (and $OUT/) with records holding workload, engine,
+median_ms, min_ms, max_ms, gpu, torch, commit, date, plus kernels per update and arena
+bytes for Latch.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+sys.path.insert(0, ROOT)
+ART = os.path.join(ROOT, "bench", "artifacts", "tinymoe196m")
+ENGINES = ("latch", "torch-eager", "torch-compile-graph")
+
+
+def events_ms(fn, n):
+    import torch
+    times = []
+    for _ in range(n):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return {"median_ms": statistics.median(times), "min_ms": min(times),
+            "max_ms": max(times), "iters": n}
+
+
+def recipe_of(batch: int) -> dict:
+    from tinymoe_model import RECIPES
+    return RECIPES["B2" if batch == 2 else "Q"]
+
+
+def lr_at(batch: int, s: int) -> float:
+    from latch.optim.schedules import warmup_cosine_value
+    r = recipe_of(batch)
+    return warmup_cosine_value(s, r["peak"], r["warmup"], 10_000, 0.1)
+
+
+def run_latch(batch, idx, tgt, model, args) -> dict:
+    import torch
+
+    import latch
+    prog = latch.load(os.path.join(ART, f"tinymoe196m-b{batch}-bf16.latch"))
+    d = prog.describe()
+    out = {"launches": d["kernels"], "kernel_modules": d["modules"],
+           "arena_bytes": d["arena_bytes"]}
+    state = prog.init(model)
+    losses = []
+    t0 = time.perf_counter()
+    for _ in range(args.curve_steps):
+        losses.append(prog.step(state, idx, tgt))
+    torch.cuda.synchronize()
+    out["curve_wall_s"] = round(time.perf_counter() - t0, 2)
+    out["losses"] = [float(x) for x in losses]
+    out["graph_captured"] = prog.graph_captured
+    out.update(events_ms(lambda: prog.step(state, idx, tgt), args.iters))
+    return out
+
+
+def run_torch(batch, idx, tgt, model, args, compiled: bool) -> dict:
+    import torch
+    dev = idx.device
+    m = model.to(dev)
+    params = list(m.parameters())
+    r = recipe_of(batch)
+    fwd = torch.compile(m) if compiled else m
+    lr = torch.tensor(lr_at(batch, 0), device=dev) if compiled else lr_at(batch, 0)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            capturable=compiled, foreach=True)
+    loss_buf = torch.zeros((), device=dev)
+
+    def update():
+        opt.zero_grad(set_to_none=False)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        loss_buf.copy_(loss.detach().float())
+
+    losses = []
+    out = {}
+    if compiled:
+        # warm up (compiles) on the fresh state: these updates are the curve's first ones
+        t0 = time.perf_counter()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for s in range(3):
+                lr.fill_(lr_at(batch, s))
+                update()
+                losses.append(float(loss_buf))
+        torch.cuda.current_stream().wait_stream(side)
+        out["compile_and_warmup_s"] = round(time.perf_counter() - t0, 1)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            update()
+
+        def step(s):
+            lr.fill_(lr_at(batch, s))
+            graph.replay()
+    else:
+        def step(s):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(batch, s)
+            update()
+    t0 = time.perf_counter()
+    for s in range(len(losses), args.curve_steps):
+        step(s)
+        losses.append(loss_buf.clone())
+    torch.cuda.synchronize()
+    out["curve_wall_s"] = round(time.perf_counter() - t0, 2)
+    out["losses"] = [float(x) for x in losses]
+    k = [args.curve_steps]
+
+    def timed():
+        step(k[0])
+        k[0] += 1
+    out.update(events_ms(timed, args.iters))
+    return out
+
+
+def child(engine: str, batch: int, args) -> dict:
+    import torch
+    from tinymoe_model import make_tinymoe_196m
+    from tinymoe196m_build import fingerprint
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, (idx, tgt) = make_tinymoe_196m(batch=batch)
+    build = json.load(open(os.path.join(ART, "build.json"))).get(f"b{batch}-bf16", {})
+    want, got = build.get("fingerprint", {}), fingerprint(model)
+    same = all(abs(got[k][1] - want[k][1]) <= 1e-9 * abs(want[k][1]) for k in want)
+    idx, tgt = idx.cuda(), tgt.cuda()
+    if engine == "latch":
+        out = run_latch(batch, idx, tgt, model, args)
+        for k in ("total_s", "stages_s"):
+            if k in build:
+                out["compile_" + k] = build[k]
+    else:
+        out = run_torch(batch, idx, tgt, model, args, engine == "torch-compile-graph")
+    out["fingerprint_matches_build"] = same if want else None
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batches", default="2,32")
+    p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--curve-steps", type=int, default=200)
+    p.add_argument("--budget-s", type=float, default=540.0)
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        engine, batch, path = args.child.split(":", 2)
+        res = child(engine, int(batch), args)
+        with open(path, "w") as f:
+            json.dump(res, f)
+        return 0
+
+    import torch
+
+    from latch.runtime import driver as drv
+    t_start = time.perf_counter()
+    env = {"gpu": torch.cuda.get_device_name(0), "driver": drv.driver_version(),
+           "torch": torch.__version__, "commit": os.environ.get("LATCH_COMMIT", "unknown"),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    print(json.dumps(env), flush=True)
+    records = []
+    stamp = env["date"].replace(":", "").replace("-", "")
+
+    def save():
+        for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+                with open(os.path.join(folder, f"tinymoe_bench-{stamp}.json"), "w") as f:
+                    json.dump(records, f, indent=1)
+
+    for batch in [int(b) for b in args.batches.split(",")]:
+        got = {}
+        for engine in args.engines.split(","):
+            left = args.budget_s - (time.perf_counter() - t_start)
+            rec = dict(env, workload=f"tinymoe-b{batch}", engine=engine)
+            if left < 20:
+                rec["skipped"] = "device time budget"
+                records.append(rec)
+                continue
+            tmp = f"/tmp/tinymoe-bench-{engine}-{batch}.json"
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            try:
+                r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
+                                    f"{engine}:{batch}:{tmp}", "--iters", str(args.iters),
+                                    "--curve-steps", str(args.curve_steps)],
+                                   capture_output=True, text=True, timeout=left)
+                res = json.load(open(tmp)) if os.path.exists(tmp) else \
+                    {"failed": f"exit {r.returncode}",
+                     "stderr": (r.stdout + r.stderr).strip().splitlines()[-12:]}
+            except subprocess.TimeoutExpired:
+                res = {"failed": f"timed out after {left:.0f} s"}
+            rec.update(res)
+            records.append(rec)
+            got[engine] = rec
+            if "failed" in res:
+                print(f"B{batch} {engine}: FAILED {json.dumps(res)[:1500]}", flush=True)
+            else:
+                extra = (f" {res['launches']} launches, arena {res['arena_bytes']:,} B"
+                         if engine == "latch" else "")
+                print(f"B{batch} {engine:20s} median {res['median_ms']:9.3f} ms (min "
+                      f"{res['min_ms']:.3f}, max {res['max_ms']:.3f}); loss {res['losses'][0]:.4f}"
+                      f" -> {res['losses'][-1]:.4f} over {len(res['losses'])} updates;{extra}",
+                      flush=True)
+            save()
+        ok = {e: r for e, r in got.items() if "median_ms" in r}
+        if "latch" in ok:
+            for e in ("torch-eager", "torch-compile-graph"):
+                if e in ok:
+                    ratio = ok[e]["median_ms"] / ok["latch"]["median_ms"]
+                    ok["latch"][f"speedup_vs_{e}"] = ratio
+                    print(f"B{batch} latch vs {e}: {ratio:.2f}x", flush=True)
+        curves = {e: r["losses"] for e, r in ok.items()}
+        if "latch" in curves and "torch-eager" in curves:
+            a, b = curves["latch"], curves["torch-eager"]
+            n = min(len(a), len(b))
+            dev = max(abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n]))
+            ok["latch"]["curve_max_rel_diff_vs_eager"] = dev
+            line = f"B{batch} loss curves over {n} updates: latch vs eager max rel diff {dev:.3e}"
+            if "torch-compile-graph" in curves:
+                c = curves["torch-compile-graph"]
+                m = min(n, len(c))
+                noise = max(abs(x - y) / abs(y) for x, y in zip(c[:m], b[:m]))
+                ok["latch"]["curve_max_rel_diff_compile_vs_eager"] = noise
+                line += f"; torch.compile vs eager (bf16 noise) {noise:.3e}"
+            print(line, flush=True)
+        save()
+    print("wrote", f"tinymoe_bench-{stamp}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,571 @@
+"""``latch-form-contraction-kernels``: matrix products become tiled GPU kernels (stage
+'kernels').
+
+After ``latch-bufferize`` every matmul, batched matmul and linear layer is a
+``linalg.generic`` *contraction* on memrefs: ``out[p] += f(a[..]) * g(b[..])`` summed over
+the reduction loops, where ``f`` and ``g`` are chains of ``arith.extf``/``arith.truncf``
+(precision casts fused in by ``linalg-fuse-elementwise-ops``).  ``latch-form-kernels`` would
+give each output element one thread that walks the whole reduction: correct, but a few
+percent of the chip.  This pass replaces each top-level contraction by a ``gpu.launch_func``
+of a generated, shared-memory tiled kernel (one ``gpu.module`` per contraction):
+
+* **tensor cores** (``mma``, the default): when both operands reach the product as bf16
+  values widened to f32 (``extf(bf16 -> f32)``) and the accumulator is f32, a kernel of
+  256 threads computes a 128x128 output tile per block: each k-tile of 32 is staged
+  through shared memory as packed bf16 pairs (the operand casts are applied while
+  loading), each of the 8 warps owns a 64x32 sub-tile and issues ``nvvm.mma.sync``
+  m16n8k16 (bf16 x bf16 -> f32); the result is added to the output's initial value.
+* **SIMT** otherwise (f32 operands: TF32 is never used, so float32 results keep float32
+  accuracy): 64x64 output tiles per block of 256 threads, 16-deep k-tiles in shared
+  memory, a 4x4 register tile per thread, ``math.fma``.
+
+Loop dimensions are grouped by where they appear — *batch* (output, a and b), *m* (output
+and a), *n* (output and b), *k* (reduction, a and b) — and each group is flattened, so
+``bmm``, attention's ``[B, H, T, T]`` products and transposed operands all take the same
+kernels (grid: n tiles x m tiles x batch).  Tile edges are handled by clamped loads whose
+out-of-range k values are zero and by guarded stores.  Contractions the kernels do not
+cover (other body ops, integer or f64 types, dynamic shapes, a broadcast output
+dimension) are left to ``latch-form-kernels``.
+
+Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16).
+
+Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
+latch-form-contraction-kernels, latch-form-kernels)'``
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from latch.passes.base import ModulePass
+
+_CASTS = ("arith.extf", "arith.truncf")
+KERNEL = "contract"     # the kernel's name in every module: identical kernels dedupe
+_WG = "#gpu.address_space<workgroup>"
+
+
+def _op(o):
+    return o.operation if hasattr(o, "operation") else o
+
+
+# ---------------------------------------------------------------------------------------
+# recognising a contraction
+# ---------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Contraction:
+    """A matched contraction: its operands, loop groups and the operand casts."""
+    op: object
+    a: object                  # the operand values (memrefs)
+    b: object
+    c: object
+    maps: list                 # [[loop dim per result] for a, b, c]
+    sizes: list                # size of each loop dim
+    groups: dict               # 'batch'/'m'/'n'/'k' -> [loop dims, outer first]
+    casts: list                # [[(op name, result type)] for a, b] up to the product's input
+    mma: bool                  # both operands reach the product as extf(bf16)
+
+    def size(self, group: str) -> int:
+        n = 1
+        for d in self.groups[group]:
+            n *= self.sizes[d]
+        return n
+
+
+def _chain(value, arg):
+    """The casts from block argument ``arg`` to ``value`` ([(name, type)], outer last), or
+    None when ``value`` is not a cast chain of ``arg``."""
+    chain = []
+    while value != arg:
+        owner = value.owner
+        if hasattr(owner, "arguments"):        # another block argument
+            return None
+        op = _op(owner)
+        if op.name not in _CASTS or len(op.operands) != 1:
+            return None
+        chain.insert(0, (op.name, str(op.results[0].type)))
+        value = op.operands[0]
+    return chain
+
+
+def match_contraction(op) -> Contraction | None:
+    from mlir import ir
+
+    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results) != 0:
+        return None
+    a, b, c = op.operands
+    if not all(isinstance(v.type, ir.MemRefType) for v in (a, b, c)):
+        return None
+    if not all(ir.MemRefType(v.type).has_static_shape for v in (a, b, c)):
+        return None
+    if str(ir.MemRefType(c.type).element_type) != "f32":
+        return None
+    its = [str(x) for x in ir.ArrayAttr(op.attributes["iterator_types"])]
+    n_loops = len(its)
+    maps = []
+    for attr in ir.ArrayAttr(op.attributes["indexing_maps"]):
+        amap = ir.AffineMapAttr(attr).value
+        dims = []
+        for expr in amap.results:
+            if not isinstance(expr, ir.AffineDimExpr):
+                return None
+            dims.append(ir.AffineDimExpr(expr).position)
+        if len(set(dims)) != len(dims):
+            return None
+        maps.append(dims)
+    sizes = [None] * n_loops
+    for v, dims in zip((a, b, c), maps):
+        for d, s in zip(dims, ir.MemRefType(v.type).shape):
+            if sizes[d] not in (None, s):
+                return None
+            sizes[d] = s
+    if any(s is None for s in sizes):
+        return None
+    groups = {"batch": [], "m": [], "n": [], "k": []}
+    for d in range(n_loops):
+        in_a, in_b, in_c = d in maps[0], d in maps[1], d in maps[2]
+        reduction = "reduction" in its[d]
+        if reduction and in_a and in_b and not in_c:
+            groups["k"].append(d)
+        elif not reduction and in_c and in_a and in_b:
+            groups["batch"].append(d)
+        elif not reduction and in_c and in_a:
+            groups["m"].append(d)
+        elif not reduction and in_c and in_b:
+            groups["n"].append(d)
+        else:
+            return None
+    if not groups["k"]:
+        return None
+    # the body: yield(addf(acc, mulf(cast*(a), cast*(b)))) in either operand order
+    block = op.regions[0].blocks[0]
+    ops = [_op(o) for o in block.operations]
+    arg_a, arg_b, acc = block.arguments
+    if str(acc.type) != "f32" or ops[-1].name != "linalg.yield":
+        return None
+    add = ops[-1].operands[0].owner
+    if hasattr(add, "arguments") or _op(add).name != "arith.addf":
+        return None
+    add = _op(add)
+    x, y = add.operands
+    prod = y if x == acc else x if y == acc else None
+    if prod is None or hasattr(prod.owner, "arguments") or _op(prod.owner).name != "arith.mulf":
+        return None
+    mul = _op(prod.owner)
+    if str(mul.results[0].type) != "f32":
+        return None
+    p, q = mul.operands
+    ca, cb = _chain(p, arg_a), _chain(q, arg_b)
+    if ca is None or cb is None:
+        ca, cb = _chain(q, arg_a), _chain(p, arg_b)
+    if ca is None or cb is None:
+        return None
+    body_ops = {id(add), id(mul)}
+    n_casts = len(ca) + len(cb)
+    if len(ops) != 3 + n_casts:        # casts, mulf, addf, yield: nothing else
+        return None
+    for t, chain in ((arg_a.type, ca), (arg_b.type, cb)):
+        if str(t) not in ("f32", "bf16", "f16"):
+            return None
+    del body_ops
+
+    def reaches_bf16(arg, chain):
+        if not chain:
+            return False
+        name, _ = chain[-1]
+        before = chain[-2][1] if len(chain) > 1 else str(arg.type)
+        return name == "arith.extf" and before == "bf16"
+
+    mma = reaches_bf16(arg_a, ca) and reaches_bf16(arg_b, cb)
+    for k in groups:
+        groups[k].sort()
+    return Contraction(op, a, b, c, maps, sizes, groups, [ca, cb], mma)
+
+
+# ---------------------------------------------------------------------------------------
+# kernel text
+# ---------------------------------------------------------------------------------------
+class _Text:
+    """SSA-numbered MLIR lines with cached index constants."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.n = 0
+        self.consts: dict[tuple, str] = {}
+
+    def fresh(self) -> str:
+        self.n += 1
+        return f"%v{self.n}"
+
+    def emit(self, rhs: str) -> str:
+        name = self.fresh()
+        self.lines.append(f"{name} = {rhs}")
+        return name
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+
+    def const(self, value, type_: str = "index") -> str:
+        key = (value, type_)
+        if key not in self.consts:
+            name = f"%c{len(self.consts)}"
+            lit = repr(float(value)) if type_ in ("f32", "bf16") else str(int(value))
+            self.consts[key] = name
+            self.const_lines.append(f"{name} = arith.constant {lit} : {type_}")
+        return self.consts[key]
+
+    const_lines: list
+
+    def arith(self, name: str, x: str, y, type_: str = "index") -> str:
+        if not isinstance(y, str):
+            y = self.const(y)
+        return self.emit(f"arith.{name} {x}, {y} : {type_}")
+
+    def add(self, x, y):
+        if y == 0:
+            return x
+        return self.arith("addi", x, y)
+
+    def mul(self, x, y):
+        if y == 1:
+            return x
+        return self.arith("muli", x, y)
+
+
+class _Kernel:
+    """Index math shared by both kernels: flattened groups -> memref indices."""
+
+    def __init__(self, con: Contraction, t: _Text):
+        self.con, self.t = con, t
+
+    def split(self, group: str, flat: str) -> dict:
+        """Loop dim -> value, delinearizing ``flat`` over the group's dims."""
+        dims = self.con.groups[group]
+        out = {}
+        rest = flat
+        for j in range(len(dims) - 1, -1, -1):
+            d = dims[j]
+            if j == 0:
+                out[d] = rest
+            else:
+                s = self.con.sizes[d]
+                out[d] = self.t.arith("remui", rest, s)
+                rest = self.t.arith("divui", rest, s)
+        return out
+
+    def indices(self, which: int, dims: dict) -> str:
+        return ", ".join(dims[d] for d in self.con.maps[which])
+
+    def contiguous_group(self, which: int) -> str:
+        """The group of the loop dim that walks the operand's unit-stride dimension."""
+        from mlir import ir
+
+        v = (self.con.a, self.con.b, self.con.c)[which]
+        mt = ir.MemRefType(v.type)
+        strides, _ = mt.get_strides_and_offset()
+        pos = len(strides) - 1
+        for i, s in enumerate(strides):
+            if s == 1 and mt.shape[i] != 1:
+                pos = i
+        d = self.con.maps[which][pos]
+        for g, ds in self.con.groups.items():
+            if d in ds:
+                return g
+        return "k"
+
+    def load(self, which: int, batch: dict, row_group: str, row: str, k: str,
+             upto_bf16: bool) -> str:
+        """The operand element at (batch, row, k) after its casts (all of them, or all but
+        the last widening for the tensor-core kernel); zero where k is out of range."""
+        from mlir import ir
+
+        con, t = self.con, self.t
+        rows, kk = con.size(row_group), con.size("k")
+        row_c = t.arith("minui", row, rows - 1) if rows > 1 else t.const(0)
+        if kk % self.k_tile == 0:
+            k_c, valid = k, None
+        else:
+            k_c = t.arith("minui", k, kk - 1)
+            valid = t.emit(f"arith.cmpi ult, {k}, {t.const(kk)} : index")
+        dims = dict(batch)
+        dims.update(self.split(row_group, row_c))
+        dims.update(self.split("k", k_c))
+        v = (con.a, con.b)[which]
+        etype = str(ir.MemRefType(v.type).element_type)
+        x = t.emit(f"memref.load %{'AB'[which]}[{self.indices(which, dims)}] : {v.type}")
+        chain = con.casts[which][:-1] if upto_bf16 else con.casts[which]
+        cur = etype
+        for name, rtype in chain:
+            x = t.emit(f"{name} {x} : {cur} to {rtype}")
+            cur = rtype
+        if valid is not None:
+            zero = t.const(0.0, cur)
+            x = t.emit(f"arith.select {valid}, {x}, {zero} : {cur}")
+        return x
+
+    k_tile = m_tile = n_tile = 1
+
+
+def _signature(con: Contraction, name: str, workgroup: str, threads: int) -> str:
+    return (f"gpu.func @{KERNEL}(%A: {con.a.type}, %B: {con.b.type}, %C: {con.c.type}) "
+            f"workgroup({workgroup}) kernel attributes "
+            f"{{known_block_size = array<i32: {threads}, 1, 1>}} {{")
+
+
+def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
+    """C[batch, row, col] += value for each (row, col, value), guarded at tile edges."""
+    con = k.con
+    m, n = con.size("m"), con.size("n")
+    for row, col, value in cells:
+        guard = []
+        if m % k.m_tile:
+            guard.append(t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index"))
+        if n % k.n_tile:
+            guard.append(t.emit(f"arith.cmpi ult, {col}, {t.const(n)} : index"))
+        cond = guard[0] if guard else None
+        if len(guard) == 2:
+            cond = t.emit(f"arith.andi {guard[0]}, {guard[1]} : i1")
+        if cond is not None:
+            t.line(f"scf.if {cond} {{")
+        dims = dict(batch)
+        dims.update(k.split("m", row))
+        dims.update(k.split("n", col))
+        idx = k.indices(2, dims)
+        old = t.emit(f"memref.load %C[{idx}] : {con.c.type}")
+        new = t.emit(f"arith.addf {old}, {value} : f32")
+        t.line(f"memref.store {new}, %C[{idx}] : {con.c.type}")
+        if cond is not None:
+            t.line("}")
+
+
+def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
+    tid = t.emit("gpu.thread_id x")
+    bx = t.emit("gpu.block_id x")
+    by = t.emit("gpu.block_id y")
+    bz = t.emit("gpu.block_id z")
+    m0 = t.mul(by, m_tile)
+    n0 = t.mul(bx, n_tile)
+    batch = k.split("batch", bz) if con.groups["batch"] else {}
+    return tid, m0, n0, batch
+
+
+def _for_k_tiles(t: _Text, n_tiles: int, n_acc: int, zero: str):
+    kt = t.fresh()
+    accs = [t.fresh() for _ in range(n_acc)]
+    results = t.fresh()
+    args = ", ".join(f"{a} = {zero}" for a in accs)
+    types = ", ".join(["f32"] * n_acc)
+    t.line(f"{results}:{n_acc} = scf.for {kt} = {t.const(0)} to {t.const(n_tiles)} "
+           f"step {t.const(1)} iter_args({args}) -> ({types}) {{")
+    return kt, accs, results
+
+
+def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
+    """(gpu.module text, grid, block) of the tensor-core kernel."""
+    BM, BN, BK, THREADS = 128, 128, 32, 256
+    WM, WN = 64, 32                   # warp tile: 2 x 4 warps
+    MT, NT = WM // 16, WN // 8        # mma tiles per warp
+    KP = BK // 2                      # bf16 pairs per k-tile row
+    PAD = KP + 4                      # row stride in i32 (conflict-free fragment loads)
+    t = _Text()
+    t.const_lines = []
+    k = _Kernel(con, t)
+    k.k_tile, k.m_tile, k.n_tile = BK, BM, BN
+    M, N, K = con.size("m"), con.size("n"), con.size("k")
+    tid, m0, n0, batch = _begin(t, con, k, BM, BN)
+    warp = t.arith("divui", tid, 32)
+    lane = t.arith("remui", tid, 32)
+    wm = t.mul(t.arith("divui", warp, 4), WM)
+    wn = t.mul(t.arith("remui", warp, 4), WN)
+    g = t.arith("divui", lane, 4)
+    tq = t.arith("remui", lane, 4)
+    zero = t.const(0.0, "f32")
+    n_acc = MT * NT * 4
+    kt, accs, results = _for_k_tiles(t, -(-K // BK), n_acc, zero)
+    k0 = t.mul(kt, BK)
+    i16, i32 = "i16", "i32"
+    for which, (tile, smem, row0, row_group) in enumerate(
+            ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
+        k_contig = k.contiguous_group(which) == "k"
+        per_thread = tile * KP // THREADS
+        for i in range(per_thread):
+            if k_contig:     # consecutive threads walk k pairs
+                r = t.add(t.arith("divui", tid, KP), i * THREADS // KP)
+                kp = t.arith("remui", tid, KP)
+            else:            # consecutive threads walk rows
+                r = t.arith("remui", tid, tile) if tile < THREADS else tid
+                kp = t.add(t.arith("divui", tid, tile), i * THREADS // tile)
+            grow = t.add(row0, r)
+            gk = t.add(k0, t.mul(kp, 2))
+            gk1 = t.add(gk, 1)
+            lo = k.load(which, batch, row_group, grow, gk, upto_bf16=True)
+            hi = k.load(which, batch, row_group, grow, gk1, upto_bf16=True)
+            lo = t.emit(f"arith.extui {t.emit(f'arith.bitcast {lo} : bf16 to {i16}')} "
+                        f": {i16} to {i32}")
+            hi = t.emit(f"arith.extui {t.emit(f'arith.bitcast {hi} : bf16 to {i16}')} "
+                        f": {i16} to {i32}")
+            hi = t.emit(f"arith.shli {hi}, {t.const(16, i32)} : {i32}")
+            packed = t.emit(f"arith.ori {lo}, {hi} : {i32}")
+            t.line(f"memref.store {packed}, {smem}[{r}, {kp}] : "
+                   f"memref<{tile}x{PAD}xi32, {_WG}>")
+    t.line("gpu.barrier")
+    cur = list(accs)
+    for s in range(BK // 16):
+        afr = []
+        for mi in range(MT):
+            regs = []
+            for dr, dk in ((0, 0), (8, 0), (0, 4), (8, 4)):
+                row = t.add(t.add(wm, mi * 16 + dr), g)
+                col = t.add(tq, s * 8 + dk)
+                regs.append(t.emit(f"memref.load %As[{row}, {col}] : "
+                                   f"memref<{BM}x{PAD}xi32, {_WG}>"))
+            afr.append(regs)
+        bfr = []
+        for ni in range(NT):
+            regs = []
+            for dk in (0, 4):
+                row = t.add(t.add(wn, ni * 8), g)
+                col = t.add(tq, s * 8 + dk)
+                regs.append(t.emit(f"memref.load %Bs[{row}, {col}] : "
+                                   f"memref<{BN}x{PAD}xi32, {_WG}>"))
+            bfr.append(regs)
+        for mi in range(MT):
+            for ni in range(NT):
+                base = (mi * NT + ni) * 4
+                c_in = ", ".join(cur[base:base + 4])
+                d = t.emit(
+                    f"nvvm.mma.sync A[{', '.join(afr[mi])}] B[{', '.join(bfr[ni])}] "
+                    f"C[{c_in}] {{layoutA = #nvvm.mma_layout<row>, "
+                    "layoutB = #nvvm.mma_layout<col>, "
+                    "multiplicandAPtxType = #nvvm.mma_type<bf16>, "
+                    "multiplicandBPtxType = #nvvm.mma_type<bf16>, "
+                    "shape = #nvvm.shape<m = 16, n = 8, k = 16>} : "
+                    "(i32, i32, f32) -> !llvm.struct<(f32, f32, f32, f32)>")
+                for r in range(4):
+                    cur[base + r] = t.emit(
+                        f"llvm.extractvalue {d}[{r}] : !llvm.struct<(f32, f32, f32, f32)>")
+    t.line("gpu.barrier")
+    t.line(f"scf.yield {', '.join(cur)} : {', '.join(['f32'] * n_acc)}")
+    t.line("}")
+    cells = []
+    for mi in range(MT):
+        for ni in range(NT):
+            for r in range(4):
+                row = t.add(t.add(m0, wm), t.add(g, mi * 16 + (8 if r >= 2 else 0)))
+                col = t.add(t.add(n0, wn), t.add(t.mul(tq, 2), ni * 8 + r % 2))
+                cells.append((row, col, f"{results}#{(mi * NT + ni) * 4 + r}"))
+    _epilogue(k, t, batch, cells)
+    workgroup = (f"%As : memref<{BM}x{PAD}xi32, {_WG}>, "
+                 f"%Bs : memref<{BN}x{PAD}xi32, {_WG}>")
+    text = _module(name, _signature(con, name, workgroup, THREADS), t)
+    grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")))
+    return text, grid, (THREADS, 1, 1)
+
+
+def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
+    """(gpu.module text, grid, block) of the f32 SIMT kernel."""
+    BM, BN, BK, THREADS, R = 64, 64, 16, 256, 4
+    t = _Text()
+    t.const_lines = []
+    k = _Kernel(con, t)
+    k.k_tile, k.m_tile, k.n_tile = BK, BM, BN
+    M, N, K = con.size("m"), con.size("n"), con.size("k")
+    tid, m0, n0, batch = _begin(t, con, k, BM, BN)
+    tx = t.arith("remui", tid, 16)
+    ty = t.arith("divui", tid, 16)
+    zero = t.const(0.0, "f32")
+    kt, accs, results = _for_k_tiles(t, -(-K // BK), R * R, zero)
+    k0 = t.mul(kt, BK)
+    for which, (tile, smem, row0, row_group) in enumerate(
+            ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
+        k_contig = k.contiguous_group(which) == "k"
+        for i in range(tile * BK // THREADS):
+            if k_contig:
+                r = t.add(t.arith("divui", tid, BK), i * THREADS // BK)
+                kk = t.arith("remui", tid, BK)
+            else:
+                r = t.arith("remui", tid, tile)
+                kk = t.add(t.arith("divui", tid, tile), i * THREADS // tile)
+            x = k.load(which, batch, row_group, t.add(row0, r), t.add(k0, kk),
+                       upto_bf16=False)
+            t.line(f"memref.store {x}, {smem}[{kk}, {r}] : memref<{BK}x{tile}xf32, {_WG}>")
+    t.line("gpu.barrier")
+    cur = list(accs)
+    for kk in range(BK):
+        a = [t.emit(f"memref.load %As[{t.const(kk)}, {t.add(ty, 16 * i)}] : "
+                    f"memref<{BK}x{BM}xf32, {_WG}>") for i in range(R)]
+        b = [t.emit(f"memref.load %Bs[{t.const(kk)}, {t.add(tx, 16 * j)}] : "
+                    f"memref<{BK}x{BN}xf32, {_WG}>") for j in range(R)]
+        for i in range(R):
+            for j in range(R):
+                cur[i * R + j] = t.emit(f"math.fma {a[i]}, {b[j]}, {cur[i * R + j]} : f32")
+    t.line("gpu.barrier")
+    t.line(f"scf.yield {', '.join(cur)} : {', '.join(['f32'] * (R * R))}")
+    t.line("}")
+    cells = []
+    for i in range(R):
+        for j in range(R):
+            cells.append((t.add(m0, t.add(ty, 16 * i)), t.add(n0, t.add(tx, 16 * j)),
+                          f"{results}#{i * R + j}"))
+    _epilogue(k, t, batch, cells)
+    workgroup = (f"%As : memref<{BK}x{BM}xf32, {_WG}>, "
+                 f"%Bs : memref<{BK}x{BN}xf32, {_WG}>")
+    text = _module(name, _signature(con, name, workgroup, THREADS), t)
+    grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")))
+    return text, grid, (THREADS, 1, 1)
+
+
+def _module(name: str, signature: str, t: _Text) -> str:
+    body = "\n      ".join(t.const_lines + t.lines)
+    return (f"gpu.module @{name} {{\n  {signature}\n      {body}\n"
+            "      gpu.return\n    }\n}")
+
+
+# ---------------------------------------------------------------------------------------
+# the pass
+# ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FormContractionKernels(ModulePass):
+    name = "latch-form-contraction-kernels"
+    summary = ("replace matmul-like linalg.generic contractions on memrefs by launches of "
+               "tiled kernels (bf16 tensor-core mma.sync, or f32 SIMT)")
+
+    mma: bool = True
+
+    def apply(self, module) -> None:
+        from mlir import ir
+        from mlir.dialects import gpu
+
+        top = module.regions[0].blocks[0]
+        found = []
+        for f in list(top.operations):
+            f = _op(f)
+            if f.name != "func.func" or not f.regions[0].blocks:
+                continue
+            for op in list(f.regions[0].blocks[0].operations):
+                con = match_contraction(_op(op))
+                if con is not None:
+                    found.append(con)
+        if not found:
+            return
+        module.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        taken = {ir.StringAttr(_op(o).attributes["sym_name"]).value
+                 for o in top.operations if "sym_name" in _op(o).attributes}
+        counter = 0
+        for con in found:
+            while f"latch_contract_{counter}" in taken:
+                counter += 1
+            name = f"latch_contract_{counter}"
+            taken.add(name)
+            make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
+            text, grid, block = make(con, name)
+            parsed = ir.Module.parse(text)
+            kernel_module = _op(parsed.body.operations[0])
+            ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
+            index = ir.IndexType.get()
+            with ir.InsertionPoint(con.op), con.op.location:
+                def c(v):
+                    return ir.Operation.create(
+                        "arith.constant", [index],
+                        attributes={"value": ir.IntegerAttr.get(index, v)}).result
+                gpu.LaunchFuncOp([name, KERNEL], tuple(c(v) for v in grid),
+                                 tuple(c(v) for v in block), [con.a, con.b, con.c])
+            con.op.erase()
