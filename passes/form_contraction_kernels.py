@@ -40,6 +40,7 @@ from latch.passes.base import ModulePass
 
 _CASTS = ("arith.extf", "arith.truncf")
 KERNEL = "contract"     # the kernel's name in every module: identical kernels dedupe
+_PLACEHOLDER = "latch.contraction_factor"   # a factor's value, expanded after parsing
 _WG = "#gpu.address_space<workgroup>"
 
 
@@ -51,17 +52,29 @@ def _op(o):
 # recognising a contraction
 # ---------------------------------------------------------------------------------------
 @dataclasses.dataclass
+class Operand:
+    """One factor of the product: the body ops that compute it from the generic's inputs,
+    ``linalg.index`` values, loads from other buffers and constants."""
+    value: object              # the body value (bf16 for the tensor-core kernel, else f32)
+    ops: list                  # body ops computing it, in block order
+    args: list                 # generic input numbers it reads
+    dims: set                  # loop dims it depends on
+    captured: list             # values defined outside the generic (memrefs, constants)
+    narrow: object = None      # the bf16 value that ``value`` widens (tensor-core kernel)
+
+
+@dataclasses.dataclass
 class Contraction:
-    """A matched contraction: its operands, loop groups and the operand casts."""
+    """A matched contraction: ``out[p] += P * Q`` summed over the reduction loops."""
     op: object
-    a: object                  # the operand values (memrefs)
-    b: object
-    c: object
-    maps: list                 # [[loop dim per result] for a, b, c]
+    inputs: list               # the generic's input values (memrefs)
+    c: object                  # the output (memref of f32)
+    maps: list                 # per input and the output: [("d", dim) | ("c", 0)] per result
     sizes: list                # size of each loop dim
     groups: dict               # 'batch'/'m'/'n'/'k' -> [loop dims, outer first]
-    casts: list                # [[(op name, result type)] for a, b] up to the product's input
-    mma: bool                  # both operands reach the product as extf(bf16)
+    sides: list                # [Operand P, Operand Q]
+    mma: bool                  # both factors are bf16 values widened to f32
+    captured: list             # external memrefs the factors load from (extra kernel args)
 
     def size(self, group: str) -> int:
         n = 1
@@ -70,31 +83,66 @@ class Contraction:
         return n
 
 
-def _chain(value, arg):
-    """The casts from block argument ``arg`` to ``value`` ([(name, type)], outer last), or
-    None when ``value`` is not a cast chain of ``arg``."""
-    chain = []
-    while value != arg:
-        owner = value.owner
-        if hasattr(owner, "arguments"):        # another block argument
-            return None
+_PURE_PREFIXES = ("arith.", "math.")
+
+
+def _side(value, block, inputs_maps, n_inputs):
+    """The Operand computing ``value`` inside ``block`` (None if it uses anything else)."""
+    from mlir import ir
+
+    body = [_op(o) for o in block.operations]
+
+    def position(o):     # Python wrappers of one op are not identical objects: compare
+        return next(i for i, b in enumerate(body) if b == o)
+
+    ops, args, dims, captured = [], set(), set(), []
+    seen = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        owner = v.owner
+        if hasattr(owner, "arguments"):                    # a block argument
+            if owner == block:
+                i = ir.BlockArgument(v).arg_number
+                if i >= n_inputs:
+                    return None                             # the accumulator
+                args.add(i)
+                dims.update(d for kind, d in inputs_maps[i] if kind == "d")
+            else:
+                captured.append(v)
+            continue
         op = _op(owner)
-        if op.name not in _CASTS or len(op.operands) != 1:
+        if op.parent is None or _op(op.parent) != _op(block.owner):
+            captured.append(v)                              # defined outside the generic
+            continue
+        key = position(op)
+        if key in seen:
+            continue
+        seen.add(key)
+        if op.name == "linalg.index":
+            dims.add(ir.IntegerAttr(op.attributes["dim"]).value)
+        elif not (op.name.startswith(_PURE_PREFIXES) or op.name == "memref.load") or \
+                op.regions:
             return None
-        chain.insert(0, (op.name, str(op.results[0].type)))
-        value = op.operands[0]
-    return chain
+        ops.append(op)
+        stack.extend(op.operands)
+    ops.sort(key=position)
+    return Operand(value, ops, sorted(args), dims, captured)
 
 
 def match_contraction(op) -> Contraction | None:
     from mlir import ir
 
-    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results) != 0:
+    if op.name != "linalg.generic" or len(op.results) != 0 or len(op.operands) < 3:
         return None
-    a, b, c = op.operands
-    if not all(isinstance(v.type, ir.MemRefType) for v in (a, b, c)):
+    values = list(op.operands)
+    n_inputs = len(values) - 1
+    if "operandSegmentSizes" in op.attributes and \
+            list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])) != [n_inputs, 1]:
         return None
-    if not all(ir.MemRefType(v.type).has_static_shape for v in (a, b, c)):
+    c = values[-1]
+    if not all(isinstance(v.type, ir.MemRefType) and ir.MemRefType(v.type).has_static_shape
+               for v in values):
         return None
     if str(ir.MemRefType(c.type).element_type) != "f32":
         return None
@@ -103,42 +151,32 @@ def match_contraction(op) -> Contraction | None:
     maps = []
     for attr in ir.ArrayAttr(op.attributes["indexing_maps"]):
         amap = ir.AffineMapAttr(attr).value
-        dims = []
+        res = []
         for expr in amap.results:
-            if not isinstance(expr, ir.AffineDimExpr):
+            if isinstance(expr, ir.AffineDimExpr):
+                res.append(("d", ir.AffineDimExpr(expr).position))
+            elif isinstance(expr, ir.AffineConstantExpr) and \
+                    ir.AffineConstantExpr(expr).value == 0:
+                res.append(("c", 0))
+            else:
                 return None
-            dims.append(ir.AffineDimExpr(expr).position)
-        if len(set(dims)) != len(dims):
-            return None
-        maps.append(dims)
+        maps.append(res)
+    out_dims = [d for kind, d in maps[-1] if kind == "d"]
+    if len(out_dims) != len(maps[-1]) or len(set(out_dims)) != len(out_dims):
+        return None
     sizes = [None] * n_loops
-    for v, dims in zip((a, b, c), maps):
-        for d, s in zip(dims, ir.MemRefType(v.type).shape):
-            if sizes[d] not in (None, s):
-                return None
-            sizes[d] = s
+    for v, m in zip(values, maps):
+        for (kind, d), s in zip(m, ir.MemRefType(v.type).shape):
+            if kind == "d":
+                if sizes[d] not in (None, s):
+                    return None
+                sizes[d] = s
     if any(s is None for s in sizes):
         return None
-    groups = {"batch": [], "m": [], "n": [], "k": []}
-    for d in range(n_loops):
-        in_a, in_b, in_c = d in maps[0], d in maps[1], d in maps[2]
-        reduction = "reduction" in its[d]
-        if reduction and in_a and in_b and not in_c:
-            groups["k"].append(d)
-        elif not reduction and in_c and in_a and in_b:
-            groups["batch"].append(d)
-        elif not reduction and in_c and in_a:
-            groups["m"].append(d)
-        elif not reduction and in_c and in_b:
-            groups["n"].append(d)
-        else:
-            return None
-    if not groups["k"]:
-        return None
-    # the body: yield(addf(acc, mulf(cast*(a), cast*(b)))) in either operand order
+    # the body: yield(addf(acc, mulf(P, Q)))
     block = op.regions[0].blocks[0]
     ops = [_op(o) for o in block.operations]
-    arg_a, arg_b, acc = block.arguments
+    acc = block.arguments[n_inputs]
     if str(acc.type) != "f32" or ops[-1].name != "linalg.yield":
         return None
     add = ops[-1].operands[0].owner
@@ -150,34 +188,57 @@ def match_contraction(op) -> Contraction | None:
     if prod is None or hasattr(prod.owner, "arguments") or _op(prod.owner).name != "arith.mulf":
         return None
     mul = _op(prod.owner)
-    if str(mul.results[0].type) != "f32":
+    if str(mul.results[0].type) != "f32" or \
+            any(u.owner != add for u in mul.results[0].uses):
         return None
-    p, q = mul.operands
-    ca, cb = _chain(p, arg_a), _chain(q, arg_b)
-    if ca is None or cb is None:
-        ca, cb = _chain(q, arg_a), _chain(p, arg_b)
-    if ca is None or cb is None:
+    sides = [_side(v, block, maps, n_inputs) for v in mul.operands]
+    if None in sides:
         return None
-    body_ops = {id(add), id(mul)}
-    n_casts = len(ca) + len(cb)
-    if len(ops) != 3 + n_casts:        # casts, mulf, addf, yield: nothing else
-        return None
-    for t, chain in ((arg_a.type, ca), (arg_b.type, cb)):
-        if str(t) not in ("f32", "bf16", "f16"):
+    covered = [o for s in sides for o in s.ops] + [mul, add, ops[-1]]
+    if any(all(o != c for c in covered) for o in ops):
+        return None                                 # other work in the body
+    for s in sides:
+        for v in s.captured:
+            t = v.type
+            if isinstance(t, ir.MemRefType):
+                if not ir.MemRefType(t).has_static_shape:
+                    return None
+            elif hasattr(v.owner, "arguments") or _op(v.owner).name != "arith.constant":
+                return None                         # a runtime scalar from the host
+    groups = {"batch": [], "m": [], "n": [], "k": []}
+    p_dims, q_dims = sides[0].dims, sides[1].dims
+    for d in range(n_loops):
+        if "reduction" in its[d]:
+            groups["k"].append(d)
+        elif d not in out_dims:
             return None
-    del body_ops
+        elif d in p_dims and d in q_dims:
+            groups["batch"].append(d)
+        elif d in q_dims:
+            groups["n"].append(d)
+        else:
+            groups["m"].append(d)
+    if not groups["k"]:
+        return None
 
-    def reaches_bf16(arg, chain):
-        if not chain:
+    def bf16_widened(side):
+        v = side.value
+        if hasattr(v.owner, "arguments"):
             return False
-        name, _ = chain[-1]
-        before = chain[-2][1] if len(chain) > 1 else str(arg.type)
-        return name == "arith.extf" and before == "bf16"
+        o = _op(v.owner)
+        return (o.name == "arith.extf" and str(o.operands[0].type) == "bf16" and
+                all(_op(u.owner) == mul for u in o.results[0].uses))
 
-    mma = reaches_bf16(arg_a, ca) and reaches_bf16(arg_b, cb)
-    for k in groups:
-        groups[k].sort()
-    return Contraction(op, a, b, c, maps, sizes, groups, [ca, cb], mma)
+    mma = all(bf16_widened(s) for s in sides)
+    if mma:    # the tensor-core kernel takes the bf16 values; the widening is the mma's
+        for s in sides:
+            s.narrow = _op(s.value.owner).operands[0]
+    captured = []
+    for s in sides:
+        for v in s.captured:
+            if isinstance(v.type, ir.MemRefType) and all(v != w for w in captured):
+                captured.append(v)
+    return Contraction(op, values[:-1], c, maps, sizes, groups, sides, mma, captured)
 
 
 # ---------------------------------------------------------------------------------------
@@ -252,31 +313,35 @@ class _Kernel:
         return out
 
     def indices(self, which: int, dims: dict) -> str:
-        return ", ".join(dims[d] for d in self.con.maps[which])
+        """Index list of input ``which`` (-1: the output) at the loop dim values ``dims``."""
+        m = self.con.maps[which]
+        return ", ".join(dims[d] if kind == "d" else self.t.const(0) for kind, d in m)
 
-    def contiguous_group(self, which: int) -> str:
-        """The group of the loop dim that walks the operand's unit-stride dimension."""
+    def contiguous_group(self, side: int) -> str:
+        """The group of the loop dim that walks the unit-stride dimension of the first
+        input the factor reads (coalesced loads walk it); "k" when it reads none."""
         from mlir import ir
 
-        v = (self.con.a, self.con.b, self.con.c)[which]
-        mt = ir.MemRefType(v.type)
-        strides, _ = mt.get_strides_and_offset()
-        pos = len(strides) - 1
-        for i, s in enumerate(strides):
-            if s == 1 and mt.shape[i] != 1:
-                pos = i
-        d = self.con.maps[which][pos]
-        for g, ds in self.con.groups.items():
-            if d in ds:
-                return g
+        con = self.con
+        for i in con.sides[side].args:
+            mt = ir.MemRefType(con.inputs[i].type)
+            strides, _ = mt.get_strides_and_offset()
+            pos = len(strides) - 1
+            for j, st in enumerate(strides):
+                if st == 1 and mt.shape[j] != 1:
+                    pos = j
+            kind, d = con.maps[i][pos]
+            if kind != "d":
+                continue
+            for g, ds in con.groups.items():
+                if d in ds:
+                    return g
         return "k"
 
-    def load(self, which: int, batch: dict, row_group: str, row: str, k: str,
-             upto_bf16: bool) -> str:
-        """The operand element at (batch, row, k) after its casts (all of them, or all but
-        the last widening for the tensor-core kernel); zero where k is out of range."""
-        from mlir import ir
-
+    def load(self, side: int, batch: dict, row_group: str, row: str, k: str) -> str:
+        """The factor at (batch, row, k): a placeholder op that
+        :func:`_expand_operands` replaces by the factor's body ops; zero where k is out of
+        range."""
         con, t = self.con, self.t
         rows, kk = con.size(row_group), con.size("k")
         row_c = t.arith("minui", row, rows - 1) if rows > 1 else t.const(0)
@@ -288,24 +353,24 @@ class _Kernel:
         dims = dict(batch)
         dims.update(self.split(row_group, row_c))
         dims.update(self.split("k", k_c))
-        v = (con.a, con.b)[which]
-        etype = str(ir.MemRefType(v.type).element_type)
-        x = t.emit(f"memref.load %{'AB'[which]}[{self.indices(which, dims)}] : {v.type}")
-        chain = con.casts[which][:-1] if upto_bf16 else con.casts[which]
-        cur = etype
-        for name, rtype in chain:
-            x = t.emit(f"{name} {x} : {cur} to {rtype}")
-            cur = rtype
+        operands = ", ".join(dims.get(d, t.const(0)) for d in range(len(con.sizes)))
+        rtype = "bf16" if self.narrow else "f32"
+        x = t.emit(f'"{_PLACEHOLDER}"({operands}) {{side = {side} : i64, '
+                   f'narrow = {str(self.narrow).lower()}}} : '
+                   f'({", ".join(["index"] * len(con.sizes))}) -> {rtype}')
         if valid is not None:
-            zero = t.const(0.0, cur)
-            x = t.emit(f"arith.select {valid}, {x}, {zero} : {cur}")
+            zero = t.const(0.0, rtype)
+            x = t.emit(f"arith.select {valid}, {x}, {zero} : {rtype}")
         return x
 
     k_tile = m_tile = n_tile = 1
+    narrow = False         # factors as bf16 (tensor-core kernel) or f32
 
 
 def _signature(con: Contraction, name: str, workgroup: str, threads: int) -> str:
-    return (f"gpu.func @{KERNEL}(%A: {con.a.type}, %B: {con.b.type}, %C: {con.c.type}) "
+    args = [f"%I{i}: {v.type}" for i, v in enumerate(con.inputs)] + [f"%C: {con.c.type}"]
+    args += [f"%X{i}: {v.type}" for i, v in enumerate(con.captured)]
+    return (f"gpu.func @{KERNEL}({', '.join(args)}) "
             f"workgroup({workgroup}) kernel attributes "
             f"{{known_block_size = array<i32: {threads}, 1, 1>}} {{")
 
@@ -328,7 +393,7 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
         dims = dict(batch)
         dims.update(k.split("m", row))
         dims.update(k.split("n", col))
-        idx = k.indices(2, dims)
+        idx = k.indices(-1, dims)
         old = t.emit(f"memref.load %C[{idx}] : {con.c.type}")
         new = t.emit(f"arith.addf {old}, {value} : f32")
         t.line(f"memref.store {new}, %C[{idx}] : {con.c.type}")
@@ -368,7 +433,7 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     t = _Text()
     t.const_lines = []
     k = _Kernel(con, t)
-    k.k_tile, k.m_tile, k.n_tile = BK, BM, BN
+    k.k_tile, k.m_tile, k.n_tile, k.narrow = BK, BM, BN, True
     M, N, K = con.size("m"), con.size("n"), con.size("k")
     tid, m0, n0, batch = _begin(t, con, k, BM, BN)
     warp = t.arith("divui", tid, 32)
@@ -396,8 +461,8 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
             grow = t.add(row0, r)
             gk = t.add(k0, t.mul(kp, 2))
             gk1 = t.add(gk, 1)
-            lo = k.load(which, batch, row_group, grow, gk, upto_bf16=True)
-            hi = k.load(which, batch, row_group, grow, gk1, upto_bf16=True)
+            lo = k.load(which, batch, row_group, grow, gk)
+            hi = k.load(which, batch, row_group, grow, gk1)
             lo = t.emit(f"arith.extui {t.emit(f'arith.bitcast {lo} : bf16 to {i16}')} "
                         f": {i16} to {i32}")
             hi = t.emit(f"arith.extui {t.emit(f'arith.bitcast {hi} : bf16 to {i16}')} "
@@ -484,8 +549,7 @@ def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
             else:
                 r = t.arith("remui", tid, tile)
                 kk = t.add(t.arith("divui", tid, tile), i * THREADS // tile)
-            x = k.load(which, batch, row_group, t.add(row0, r), t.add(k0, kk),
-                       upto_bf16=False)
+            x = k.load(which, batch, row_group, t.add(row0, r), t.add(k0, kk))
             t.line(f"memref.store {x}, {smem}[{kk}, {r}] : memref<{BK}x{tile}xf32, {_WG}>")
     t.line("gpu.barrier")
     cur = list(accs)
@@ -560,6 +624,7 @@ class FormContractionKernels(ModulePass):
             parsed = ir.Module.parse(text)
             kernel_module = _op(parsed.body.operations[0])
             ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
+            _expand_factors(kernel_module, con)
             index = ir.IndexType.get()
             with ir.InsertionPoint(con.op), con.op.location:
                 def c(v):
@@ -567,5 +632,67 @@ class FormContractionKernels(ModulePass):
                         "arith.constant", [index],
                         attributes={"value": ir.IntegerAttr.get(index, v)}).result
                 gpu.LaunchFuncOp([name, KERNEL], tuple(c(v) for v in grid),
-                                 tuple(c(v) for v in block), [con.a, con.b, con.c])
+                                 tuple(c(v) for v in block),
+                                 list(con.inputs) + [con.c] + list(con.captured))
             con.op.erase()
+
+
+def _walk(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = _op(inner)
+                yield inner
+                yield from _walk(inner)
+
+
+def _expand_factors(kernel_module, con: Contraction) -> None:
+    """Replace each factor placeholder of the kernel by the factor's body ops, cloned with
+    the generic's inputs read at the placeholder's loop indices."""
+    from mlir import ir
+
+    func = next(o for o in _walk(kernel_module) if o.name == "gpu.func")
+    entry = func.regions[0].blocks[0]
+    n_in = len(con.inputs)
+    inputs = list(entry.arguments)[:n_in]
+    captured = list(entry.arguments)[n_in + 1:]
+    block = con.op.regions[0].blocks[0]
+    index = ir.IndexType.get()
+    for ph in [o for o in _walk(func) if o.name == _PLACEHOLDER]:
+        side = con.sides[ir.IntegerAttr(ph.attributes["side"]).value]
+        dims = list(ph.operands)
+        mapping = {}
+        with ir.InsertionPoint(ph), ph.location:
+            zero = None
+            for i in side.args:
+                idx = []
+                for kind, d in con.maps[i]:
+                    if kind == "d":
+                        idx.append(dims[d])
+                    else:
+                        if zero is None:
+                            zero = ir.Operation.create(
+                                "arith.constant", [index],
+                                attributes={"value": ir.IntegerAttr.get(index, 0)}).result
+                        idx.append(zero)
+                elt = ir.MemRefType(con.inputs[i].type).element_type
+                mapping[block.arguments[i]] = ir.Operation.create(
+                    "memref.load", [elt], [inputs[i]] + idx).result
+            for v in side.captured:
+                if isinstance(v.type, ir.MemRefType):
+                    mapping[v] = captured[next(j for j, w in enumerate(con.captured) if w == v)]
+                else:
+                    mapping[v] = _op(v.owner).clone().results[0]
+            for o in side.ops:
+                if o.name == "linalg.index":
+                    mapping[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
+                    continue
+                new = o.clone()
+                for i, operand in enumerate(list(new.operands)):
+                    if operand in mapping:
+                        new.operands[i] = mapping[operand]
+                for old_r, new_r in zip(o.results, new.results):
+                    mapping[old_r] = new_r
+        narrow = ir.BoolAttr(ph.attributes["narrow"]).value
+        ph.results[0].replace_all_uses_with(mapping[side.narrow if narrow else side.value])
+        ph.erase()

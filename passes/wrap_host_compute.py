@@ -1033,91 +1033,152 @@ def _parallel_full_reductions(body, threads: int) -> None:
 
 
 def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
-    """Replace a sum reduction by one gpu.launch of ``threads`` threads: each thread sums a
-    strided slice of the iteration space in a register, then ``gpu.all_reduce add`` combines
-    the partial sums and thread 0 adds the total to the output."""
+    """Replace a sum reduction by ``gpu.launch``es of ``threads``-thread blocks: each thread
+    sums a strided slice of the iteration space in a register and ``gpu.all_reduce add``
+    combines a block's partial sums.  One block adds its total to the output directly; for
+    a large iteration space, several blocks (one per ``_ITEMS_PER_BLOCK`` elements, at most
+    ``_MAX_BLOCKS``) each store their total into a scratch buffer, and a second one-block
+    launch sums the scratch buffer in a fixed order into the output (deterministic: no
+    atomics)."""
     from mlir import ir
-    from mlir.dialects import gpu, scf
 
     block, acc, add, summand = found
-    index = ir.IndexType.get()
     out = op.operands[len(op.operands) - 1]
     ins = list(op.operands)[:len(op.operands) - 1]
     ftype = ir.MemRefType(out.type).element_type
     total_iters = 1
     for r in ranges:
         total_iters *= r
+    blocks = max(1, min(_MAX_BLOCKS, -(-total_iters // _ITEMS_PER_BLOCK)))
+    with op.location:
+        if blocks == 1:
+            with ir.InsertionPoint(op):
+                _launch_strided_sum(op, found, maps, ranges, ins, total_iters, 1, threads,
+                                    lambda bid, total: _add_to(out, total, ftype))
+            return
+        with ir.InsertionPoint(op):
+            scratch = ir.Operation.create(
+                "memref.alloc", [ir.MemRefType.get([blocks], ftype)], operands=[],
+                attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
 
-    def cidx(v):
-        return ir.Operation.create("arith.constant", [index],
-                                   attributes={"value": ir.IntegerAttr.get(index, v)}).result
+            def store_partial(bid, total):
+                ir.Operation.create("memref.store", [], [total, scratch, bid])
 
-    with ir.InsertionPoint(op), op.location:
-        c1 = cidx(1)
-        nthreads = cidx(threads)
-        launch = gpu.LaunchOp((c1, c1, c1), (nthreads, c1, c1))
-        lb = launch.regions[0].blocks[0]
-    with ir.InsertionPoint(lb), op.location:
-        tx = lb.arguments[3]
+            _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threads,
+                                store_partial)
+            # the partials, summed in order by one block
+            _launch_strided_sum(None, None, None, [blocks], [scratch], blocks, 1, threads,
+                                lambda bid, total: _add_to(out, total, ftype))
+
+
+_ITEMS_PER_BLOCK = 16384
+_MAX_BLOCKS = 1024
+
+
+def _cidx(v):
+    from mlir import ir
+    index = ir.IndexType.get()
+    return ir.Operation.create("arith.constant", [index],
+                               attributes={"value": ir.IntegerAttr.get(index, v)}).result
+
+
+def _add_to(out, total, ftype) -> None:
+    from mlir import ir
+    old = ir.Operation.create("memref.load", [ftype], [out]).result
+    new_v = ir.Operation.create("arith.addf", [ftype], [old, total]).result
+    ir.Operation.create("memref.store", [], [new_v, out])
+
+
+def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threads,
+                        finish) -> None:
+    """One gpu.launch of ``blocks`` x ``threads``: thread (b, t) sums elements
+    ``b * threads + t`` + k * blocks * threads of the iteration space (the body of ``op``,
+    or, when ``op`` is None, the elements of the 1-d buffer ``ins[0]``); the block's total
+    goes to ``finish(block id, total)`` in thread 0."""
+    from mlir import ir
+    from mlir.dialects import gpu, scf
+
+    index = ir.IndexType.get()
+    if op is not None:
+        block, acc, add, summand = found
+        ftype = ir.MemRefType(op.operands[len(op.operands) - 1].type).element_type
+    else:
+        ftype = ir.MemRefType(ins[0].type).element_type
+    c1 = _cidx(1)
+    launch = gpu.LaunchOp((c1 if blocks == 1 else _cidx(blocks), c1, c1),
+                          (_cidx(threads), c1, c1))
+    lb = launch.regions[0].blocks[0]
+    with ir.InsertionPoint(lb):
+        bid, tx = lb.arguments[0], lb.arguments[3]
         zero = ir.Operation.create("arith.constant", [ftype],
                                    attributes={"value": ir.FloatAttr.get(ftype, 0.0)}).result
-        ub = cidx(total_iters)
-        step = cidx(threads)
-        loop = scf.ForOp(tx, ub, step, [zero])
+        start = tx
+        if blocks > 1:
+            scaled = ir.Operation.create("arith.muli", [index], [bid, _cidx(threads)]).result
+            start = ir.Operation.create("arith.addi", [index], [scaled, tx]).result
+        loop = scf.ForOp(start, _cidx(total_iters), _cidx(blocks * threads), [zero])
         with ir.InsertionPoint(loop.body):
             linear = loop.induction_variable
             partial = loop.inner_iter_args[0]
-            # delinearize the linear index over the loop ranges (row-major)
-            dims = [None] * len(ranges)
-            rest = linear
-            for d in range(len(ranges) - 1, -1, -1):
-                if d == 0:
-                    dims[d] = rest
-                    break
-                r = cidx(ranges[d])
-                dims[d] = ir.Operation.create("arith.remui", [index], [rest, r]).result
-                rest = ir.Operation.create("arith.divui", [index], [rest, r]).result
-            mapping = {}
-            for j, (v, m) in enumerate(zip(ins, maps)):
-                idx = []
-                for expr in m.results:
-                    if isinstance(expr, ir.AffineDimExpr):
-                        idx.append(dims[ir.AffineDimExpr(expr).position])
-                    else:
-                        amap = ir.AffineMap.get(len(ranges), 0, [expr])
-                        idx.append(ir.Operation.create(
-                            "affine.apply", [index], dims,
-                            attributes={"map": ir.AffineMapAttr.get(amap)}).result)
-                elt = ir.MemRefType(v.type).element_type
-                mapping[block.arguments[j]] = ir.Operation.create(
-                    "memref.load", [elt], [v] + idx).result
-            mapping[acc] = partial
-            for body_op in list(block.operations)[:-1]:
-                body_op = _op(body_op)
-                if body_op.name == "linalg.index":
-                    d = ir.IntegerAttr(body_op.attributes["dim"]).value
-                    mapping[body_op.results[0]] = dims[d]
-                    continue
-                new = body_op.clone()
-                for i, operand in enumerate(list(new.operands)):
-                    if operand in mapping:
-                        new.operands[i] = mapping[operand]
-                for old_r, new_r in zip(body_op.results, new.results):
-                    mapping[old_r] = new_r
-            scf.YieldOp([mapping[add.results[0]]])
+            if op is None:
+                e = ir.Operation.create("memref.load", [ftype], [ins[0], linear]).result
+                scf.YieldOp([ir.Operation.create("arith.addf", [ftype], [partial, e]).result])
+            else:
+                scf.YieldOp([_body_at(block, acc, add, ins, maps, ranges, linear, partial)])
         total = ir.Operation.create(
             "gpu.all_reduce", [ftype], [loop.results[0]],
             attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op add>"),
                         "uniform": ir.UnitAttr.get()}, regions=1).result
-        c0 = cidx(0)
         is0 = ir.Operation.create(
-            "arith.cmpi", [ir.IntegerType.get_signless(1)], [tx, c0],
+            "arith.cmpi", [ir.IntegerType.get_signless(1)], [tx, _cidx(0)],
             attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
         ).result
         if_op = scf.IfOp(is0)
         with ir.InsertionPoint(if_op.then_block):
-            old = ir.Operation.create("memref.load", [ftype], [out]).result
-            new_v = ir.Operation.create("arith.addf", [ftype], [old, total]).result
-            ir.Operation.create("memref.store", [], [new_v, out])
+            finish(bid, total)
             scf.YieldOp([])
         ir.Operation.create("gpu.terminator", [])
+
+
+def _body_at(block, acc, add, ins, maps, ranges, linear, partial):
+    """The reduction body at the row-major linear index ``linear``, accumulating into
+    ``partial``; returns the new partial sum."""
+    from mlir import ir
+
+    index = ir.IndexType.get()
+    dims = [None] * len(ranges)
+    rest = linear
+    for d in range(len(ranges) - 1, -1, -1):
+        if d == 0:
+            dims[d] = rest
+            break
+        r = _cidx(ranges[d])
+        dims[d] = ir.Operation.create("arith.remui", [index], [rest, r]).result
+        rest = ir.Operation.create("arith.divui", [index], [rest, r]).result
+    mapping = {}
+    for j, (v, m) in enumerate(zip(ins, maps)):
+        idx = []
+        for expr in m.results:
+            if isinstance(expr, ir.AffineDimExpr):
+                idx.append(dims[ir.AffineDimExpr(expr).position])
+            else:
+                amap = ir.AffineMap.get(len(ranges), 0, [expr])
+                idx.append(ir.Operation.create(
+                    "affine.apply", [index], dims,
+                    attributes={"map": ir.AffineMapAttr.get(amap)}).result)
+        elt = ir.MemRefType(v.type).element_type
+        mapping[block.arguments[j]] = ir.Operation.create("memref.load", [elt], [v] + idx).result
+    mapping[acc] = partial
+    for body_op in list(block.operations)[:-1]:
+        body_op = _op(body_op)
+        if body_op.name == "linalg.index":
+            d = ir.IntegerAttr(body_op.attributes["dim"]).value
+            mapping[body_op.results[0]] = dims[d]
+            continue
+        new = body_op.clone()
+        for i, operand in enumerate(list(new.operands)):
+            if operand in mapping:
+                new.operands[i] = mapping[operand]
+        for old_r, new_r in zip(body_op.results, new.results):
+            mapping[old_r] = new_r
+    return mapping[add.results[0]]

@@ -112,17 +112,43 @@ def serialize_kernels(module, chip: str, features: str, opt_level: int = 3,
     if jobs == 1:
         _run(copy, kernels_to_ptx_pipeline(chip, features, opt_level), "latch-kernels-to-ptx")
         return _ptx_of_binaries(copy)
-    import concurrent.futures
-    import multiprocessing
+    import pickle
+    import subprocess
+    import sys
 
     text = copy.operation.get_asm(print_generic_op_form=True)
     groups = [names[i::jobs] for i in range(jobs)]
+    import tempfile
+
+    procs = []
+    for keep in groups:
+        log = tempfile.TemporaryFile()      # a file, not a pipe: no deadlock on chatter
+        p = subprocess.Popen([sys.executable, "-m", "latch.targets._ptx_worker"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        p.log = log
+        procs.append((p, pickle.dumps({"text": text, "keep": keep, "chip": chip,
+                                       "features": features, "opt_level": opt_level})))
+    replies = []
+    for p, request in procs:     # each worker reads its whole request before working
+        p.stdin.write(request)
+        p.stdin.close()
     out: dict[str, str] = {}
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-        for part in pool.map(_serialize_group, [text] * jobs, groups, [chip] * jobs,
-                             [features] * jobs, [opt_level] * jobs):
-            out.update(part)
+    for p, _ in procs:
+        raw = p.stdout.read()
+        p.wait()
+        p.log.seek(0)
+        err = p.log.read().decode("utf-8", "replace")
+        p.log.close()
+        try:
+            replies.append(pickle.loads(raw))
+        except Exception:  # noqa: BLE001 - a crashed worker: report its stderr
+            raise LatchError(f"cuda target: a PTX worker process failed (exit {p.returncode})",
+                             diagnostics=err.strip().splitlines()[-20:]) from None
+    for reply in replies:
+        if "error" in reply:
+            raise PipelineError(reply["error"], diagnostics=reply["diagnostics"],
+                                reproducer=reply["reproducer"], command=reply["command"])
+        out.update(reply["ptx"])
     return out
 
 

@@ -356,3 +356,29 @@ func.func @select_filled_later(%w: memref<8xf32>, %acc: memref<8xf32>, %g: memre
   }
   return %new, %reset : memref<8xf32>, memref<8xf32>
 }
+
+// -----
+// A large full sum (65536 elements) takes several blocks: each stores its block total in
+// a scratch buffer, then one block sums the 4 totals in order into the output (no atomics).
+#i1 = affine_map<(d0) -> (d0)>
+#o1 = affine_map<(d0) -> ()>
+// CHECK-LABEL: func.func @big_sum(
+// CHECK: %[[SCR:.*]] = memref.alloc() : memref<4xf32>
+// CHECK: %[[G:c4[_0-9]*]] = arith.constant 4 : index
+// CHECK: gpu.launch blocks(%[[B:[a-z0-9_]+]], {{.*}}) in ({{.*}} = %[[G]],
+// CHECK:   gpu.all_reduce add
+// CHECK:   memref.store %{{.*}}, %[[SCR]][%[[B]]]
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c1
+// CHECK:   memref.load %[[SCR]][
+// CHECK:   gpu.all_reduce add
+// CHECK:   memref.load %arg1[]
+// CHECK-NOT: linalg.generic
+func.func @big_sum(%x: memref<65536xf32>, %out: memref<f32>) {
+  linalg.generic {indexing_maps = [#i1, #o1], iterator_types = ["reduction"]}
+      ins(%x : memref<65536xf32>) outs(%out : memref<f32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %a, %acc : f32
+    linalg.yield %s : f32
+  }
+  return
+}
