@@ -729,11 +729,15 @@ def _widen_i1_buffers(func_op) -> None:
 
 
 def _reductions_innermost(body) -> None:
-    """Permute the loops of every linalg.generic so that its parallel loops come first
-    (relative order kept in each class).  convert-linalg-to-parallel-loops emits loops in
-    iterator order, so a reduction in front of a parallel loop (a bias gradient: sum over
-    the batch) would become a host loop of kernels; with the reductions innermost it is one
-    kernel whose threads each run the reduction loop.  Sums keep their order."""
+    """Permute the loops of every linalg.generic so that its parallel loops come first, in
+    reverse order, then its reductions (in their order).  convert-linalg-to-parallel-loops
+    emits loops in iterator order, so a reduction in front of a parallel loop (a bias
+    gradient: sum over the batch) would become a host loop of kernels; with the reductions
+    innermost it is one kernel whose threads each run the reduction loop.  Sums keep their
+    order.  The parallel loops are reversed because gpu-map-parallel-loops maps the first
+    loop to threadIdx.x: the last loop walks the unit-stride dimension of row-major
+    buffers, so consecutive threads of a warp then touch consecutive addresses (coalesced)
+    instead of addresses a whole row apart."""
     from mlir import ir
 
     for op in list(body.operations):
@@ -743,7 +747,7 @@ def _reductions_innermost(body) -> None:
         its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
         par = [i for i, t in enumerate(its) if "parallel" in t]
         red = [i for i, t in enumerate(its) if "parallel" not in t]
-        perm = par + red                     # new loop j is old loop perm[j]
+        perm = par[::-1] + red               # new loop j is old loop perm[j]
         if perm == list(range(len(its))) or not par:
             continue
         n = len(its)

@@ -11,16 +11,22 @@
 // combining partial sums with warp shuffles; the scalar code (clip coefficient, schedule)
 // runs in a one-thread kernel; the SGD-momentum step is one fused elementwise kernel:
 // buf' = m·buf + g; p' = p − lr·buf', storing both the parameter and the buffer.
-// CHECK: gpu.binary "update_kernel_6"
+// The two products with the data matrix (the residual and the gradient) are contraction
+// kernels (latch_contract_*, after the other kernels).
+// CHECK: gpu.binary "update_kernel_2"
 // CHECK: .maxntid 256, 1, 1
 // CHECK: shfl.sync.bfly.b32
-// CHECK: gpu.binary "update_kernel_8"
+// CHECK: gpu.binary "update_kernel_6"
 // CHECK: mul.rn.f32 [[MB:%r[0-9]+]],
 // CHECK: add.rn.f32 [[BUF:%r[0-9]+]],
 // CHECK: mul.rn.f32 [[STEP:%r[0-9]+]], {{%r[0-9]+}}, [[BUF]]
 // CHECK: sub.rn.f32 [[P:%r[0-9]+]], {{%r[0-9]+}}, [[STEP]]
 // CHECK: st.global.b32 [{{%rd[0-9]+}}], [[P]]
 // CHECK: st.global.b32 [{{%rd[0-9]+}}], [[BUF]]
+// CHECK: gpu.binary "latch_contract_0"
+// CHECK: fma.rn.f32
+// CHECK: gpu.binary "latch_contract_1"
+// CHECK: fma.rn.f32
 
 // PLAN-LABEL: func.func @update(
 // PLAN-SAME: %{{.*}}: memref<64x16xf32>, %{{.*}}: memref<i64>, %{{.*}}: memref<64x16xf32>, %{{.*}}: memref<256x64xf32>, %{{.*}}: memref<256x16xf32>)

@@ -1,14 +1,19 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | FileCheck %s
-// linalg.matmul on tensors: a zero-fill kernel, then a kernel with the k loop inside.
+// linalg.matmul on tensors (f32): a zero-fill kernel, then the tiled SIMT contraction
+// kernel of latch-form-contraction-kernels: operands staged through shared memory, a 4x4
+// register tile of fused multiply-adds per thread, the result added to the output.
 
 // CHECK-LABEL: gpu.binary "mm_kernel"
 // CHECK: .visible .entry mm_kernel(
 // CHECK: st.global.b32
-// CHECK-LABEL: gpu.binary "mm_kernel_0"
-// CHECK: .visible .entry mm_kernel(
-// CHECK-COUNT-3: ld.global.b32
-// CHECK: mul.rn.f32
-// CHECK: add.rn.f32
+// CHECK-LABEL: gpu.binary "latch_contract_0"
+// CHECK: .visible .entry contract(
+// CHECK: .shared .align 4 .b8
+// CHECK: ld.global.b32
+// CHECK: st.shared.b32
+// CHECK: bar.sync
+// CHECK: ld.shared.b32
+// CHECK: fma.rn.f32
 // CHECK: st.global.b32
 func.func @mm(%a: tensor<64x32xf32>, %b: tensor<32x16xf32>) -> tensor<64x16xf32> {
   %z = arith.constant 0.0 : f32
