@@ -2,18 +2,24 @@
 
     .venv/bin/python bench/compile_time.py                      # fast examples + TinyMoE-196M
     .venv/bin/python bench/compile_time.py --only mlp,char_lm   # a subset
-    .venv/bin/python bench/compile_time.py --no-tinymoe --no-profile
+    .venv/bin/python bench/compile_time.py --no-tinymoe --no-profile --targets cpu
 
 Every measurement runs in a fresh child process (this script with ``--child``), so that
 "cold" includes everything a user's first ``latch.compile`` pays in a new process (the
 torch-mlir import worker's start, first-use initialisation in torch), except importing
-torch and Latch, reported apart as ``import_s``:
+torch and Latch and building the model, reported apart as ``import_s``: every time below
+is the wall time of the ``latch.compile(...)`` call alone (``total_s``; ``cpu_s`` is this
+process's CPU time in it).
 
-- fast examples (models.py: mlp, char_lm, tiny_moe), target cpu, fp32, AdamW + clipping +
-  warmup-cosine: **cold** = ``LATCH_CACHE=0``, first compile in the process; then, in the
-  same process, a compile with the cache on (a miss: it stores the entry) and one more
-  (**warm in-process**, a hit); then a new process compiles again (**warm**, a hit: trace,
-  key, artifact read, JIT).
+- fast examples (models.py: mlp, char_lm, tiny_moe), for each target of ``--targets``
+  (cpu and cuda: a cuda compile only produces PTX, so it runs without a GPU), fp32, AdamW +
+  clipping + warmup-cosine, with a fresh cache folder: **cold** = ``LATCH_CACHE=0``, first
+  compile in the process; then, in the same process, a compile with the cache on (a miss:
+  it stores the entry) and one more (**warm in-process**, a hit); then a new process
+  compiles again (**warm**, a hit in a new process: fingerprint, artifact read, and for
+  the cpu target the JIT; ``modules`` lists which of torch._dynamo, sympy, torch-mlir and
+  MLIR it imported).  ``--profile-warm`` adds that compile's cProfile (top functions by
+  cumulative time).
 - TinyMoE-196M (WORKLOADS.md, bench/tinymoe_model.py) at B2, fp32 and bf16 (``--precisions``),
   for target cuda, each in a fresh process with the cache off: the
   stages of ``latch.targets.cuda.compile_program`` run one by one (trace, linalg,
@@ -22,7 +28,8 @@ torch and Latch, reported apart as ``import_s``:
   are recorded.  With profiling (default), a second run profiles the slowest stage with
   cProfile and the top functions by cumulative time are recorded.
 
-Writes ``bench/results/compile_time-<UTC>.json`` (machine, versions, git commit).
+Writes ``bench/results/compile_time-<UTC>.json`` (machine, versions, git commit); fast
+examples under ``examples[<model>][<target>]``.
 """
 from __future__ import annotations
 
@@ -49,34 +56,55 @@ def _rule():
                                                  betas=(0.9, 0.95), weight_decay=0.1))
 
 
-def _timed_compile(model, example, **kw):
+HEAVY_MODULES = ("torch._dynamo", "sympy", "torch_mlir", "mlir")
+
+
+def _timed_compile(model, example, profile=False, **kw):
+    import cProfile
+    import io
+    import pstats
+
     import latch
+    before = set(sys.modules)
+    prof = cProfile.Profile() if profile else None
+    if prof:
+        prof.enable()
     t0, c0 = time.perf_counter(), time.process_time()
     prog = latch.compile(model, _rule(), example, **kw)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if prof:
+        prof.disable()
+    stages = prog.manifest.get("compile_seconds") or getattr(prog, "compile_seconds", {})
     # cpu_s: this process's CPU time (not the import worker's): less sensitive than wall
     # time to other load on the machine
-    return {"total_s": round(total, 3), "cpu_s": round(cpu, 3),
-            "stages_s": dict(prog.manifest["compile_seconds"]), "cache": prog.manifest.get("cache")}
+    out = {"total_s": round(total, 3), "cpu_s": round(cpu, 3), "stages_s": dict(stages),
+           "cache": prog.manifest.get("cache"),
+           "modules": [m for m in HEAVY_MODULES if m in sys.modules and m not in before]}
+    if prof:
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
+        out["profile_cumulative"] = s.getvalue().splitlines()
+    return out
 
 
 # ----------------------------------------------------------------------------- children
-def child_example(name: str, phase: str) -> dict:
+def child_example(name: str, phase: str, target: str = "cpu", profile: str = "") -> dict:
     t0 = time.perf_counter()
     import torch  # noqa: F401
 
     import latch  # noqa: F401
     from models import MODELS
-    out = {"import_s": round(time.perf_counter() - t0, 3)}
     model, example = MODELS[name](seed=0)
+    out = {"import_s": round(time.perf_counter() - t0, 3)}
     if phase == "cold":
         os.environ["LATCH_CACHE"] = "0"
-        out["cold"] = _timed_compile(model, example)
+        out["cold"] = _timed_compile(model, example, target=target)
         os.environ["LATCH_CACHE"] = "1"
-        out["miss_in_process"] = _timed_compile(model, example)
-        out["warm_in_process"] = _timed_compile(model, example)
+        out["miss_in_process"] = _timed_compile(model, example, target=target)
+        out["warm_in_process"] = _timed_compile(model, example, target=target)
     else:
-        out["warm"] = _timed_compile(model, example)
+        out["warm"] = _timed_compile(model, example, profile=profile == "profile",
+                                     target=target)
     return out
 
 
@@ -210,6 +238,37 @@ def _fmt_stages(st: dict) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in st.items())
 
 
+def _example(name: str, target: str, args) -> dict:
+    """``--repeat`` cold+warm runs of one fast example for one target, each with a fresh
+    cache folder; the fastest run of each phase is printed and reported as ``best``."""
+    runs = []
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="latch-bench-cache-") as d:
+            env = {"LATCH_CACHE_DIR": d}
+            load = os.getloadavg()[0]
+            cold = _run_child(["example", name, "cold", target], env)
+            warm = _run_child(["example", name, "warm", target,
+                               "profile" if args.profile_warm else ""], env)
+        runs.append({**cold, **warm, "loadavg_1min_before": load})
+    best = {}
+    for phase in ("cold", "miss_in_process", "warm_in_process", "warm"):
+        ok = [r[phase] for r in runs if phase in r]
+        if not ok:
+            print(f"{name:9s} {target:4s} {phase:16s} failed: "
+                  f"{[r.get('error') for r in runs]}")
+            continue
+        best[phase] = min(ok, key=lambda r: r["total_s"])
+        best[phase]["all_totals_s"] = [r["total_s"] for r in ok]
+        c = best[phase]["cache"] or {}
+        print(f"{name:9s} {target:4s} {phase:16s} {best[phase]['total_s']:7.2f} s "
+              f"(cpu {best[phase]['cpu_s']:5.2f} s)  "
+              f"[{_fmt_stages(best[phase]['stages_s'])}]  cache {c.get('status')}"
+              f"{' (' + c['reason'] + ')' if c.get('reason') else ''}"
+              f"{'  imported ' + ','.join(best[phase]['modules']) if phase == 'warm' else ''}",
+              flush=True)
+    return {"best": best, "runs": runs}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -220,6 +279,9 @@ def main(argv=None) -> int:
     p.add_argument("--precisions", default="fp32,bf16", help="TinyMoE precisions")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per fast example; the fastest of each phase is reported")
+    p.add_argument("--targets", default="cpu,cuda", help="targets of the fast examples")
+    p.add_argument("--profile-warm", action="store_true",
+                   help="record a cProfile of each warm (new-process) hit")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = p.parse_args(argv)
 
@@ -239,28 +301,9 @@ def main(argv=None) -> int:
               "machine": _machine(), "git": _git(), "versions": versions(),
               "examples": {}, "tinymoe_196m": None}
     for name in [n for n in args.only.split(",") if n]:
-        runs = []
-        for _ in range(args.repeat):
-            with tempfile.TemporaryDirectory(prefix="latch-bench-cache-") as d:
-                env = {"LATCH_CACHE_DIR": d}
-                load = os.getloadavg()[0]
-                cold = _run_child(["example", name, "cold"], env)
-                warm = _run_child(["example", name, "warm"], env)
-            runs.append({**cold, **warm, "loadavg_1min_before": load})
-        best = {}
-        for phase in ("cold", "miss_in_process", "warm_in_process", "warm"):
-            ok = [r[phase] for r in runs if phase in r]
-            if not ok:
-                print(f"{name:9s} {phase:16s} failed: {[r.get('error') for r in runs]}")
-                continue
-            best[phase] = min(ok, key=lambda r: r["total_s"])
-            best[phase]["all_totals_s"] = [r["total_s"] for r in ok]
-            c = best[phase]["cache"] or {}
-            print(f"{name:9s} {phase:16s} {best[phase]['total_s']:7.2f} s "
-                  f"(cpu {best[phase]['cpu_s']:5.2f} s)  "
-                  f"[{_fmt_stages(best[phase]['stages_s'])}]  cache {c.get('status')}"
-                  f"{' (' + c['reason'] + ')' if c.get('reason') else ''}", flush=True)
-        result["examples"][name] = {"best": best, "runs": runs}
+        result["examples"][name] = {}
+        for target in [t for t in args.targets.split(",") if t]:
+            result["examples"][name][target] = _example(name, target, args)
     if not args.no_tinymoe:
         env = {"LATCH_CACHE": "0"}
         result["tinymoe_196m"] = {}

@@ -27,6 +27,17 @@ digests of its recent entries, so a miss names the components that differ from t
 closest previous entry ("miss: rule changed", "miss: torch version changed") or says
 "new model".  ``LATCH_CACHE=0`` disables the cache.
 
+Finding an entry without tracing.  Tracing takes seconds in a new process, so the key is
+not where a lookup starts: first the model is *fingerprinted*
+(:mod:`latch.frontend.fingerprint`: one eager run of the model on copies of its tensors
+recording every torch call it makes, milliseconds; it declines models whose record might
+not determine the trace).  The
+*fingerprint key* has the same components as the key with the fingerprint in place of the
+traced graph; when a compile has traced, keyed and found or stored its entry, the
+fingerprint key is recorded as leading to it (``<root>/v1/fingerprints/``), and a later
+compile with the same fingerprint key loads that entry directly.  Without a fingerprint,
+or without a record of it, ``latch.compile`` traces and keys as described above.
+
 Each lookup logs one line on the ``latch.cache`` logger and is recorded in
 ``manifest["cache"]`` (not written into saved artifacts) and in ``prog.report()``.
 """
@@ -87,20 +98,19 @@ def _dist_version(dist: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _latch_source_digest() -> str:
     """SHA-256 over the relative paths and bytes of Latch's Python sources (sorted), so a
-    changed compiler misses even when ``__version__`` did not move."""
-    import latch
-    import latch.dialect
-    import latch.passes
+    changed compiler misses even when ``__version__`` did not move.  The packages are found,
+    not imported (latch.dialect and latch.passes import MLIR, which a hit does not need)."""
+    from importlib.util import find_spec
 
     h = hashlib.sha256()
-    for pkg in (latch, latch.passes, latch.dialect):
-        root = os.path.dirname(os.path.abspath(pkg.__file__))
+    for name in ("latch", "latch.passes", "latch.dialect"):
+        root = os.path.abspath(find_spec(name).submodule_search_locations[0])
         files = []
         for folder, dirs, names in os.walk(root):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
         for path in sorted(files, key=lambda p: os.path.relpath(p, root)):
-            h.update(f"{pkg.__name__}/{os.path.relpath(path, root)}\0".encode())
+            h.update(f"{name}/{os.path.relpath(path, root)}\0".encode())
             with open(path, "rb") as f:
                 h.update(_sha(f.read()).encode())
     return h.hexdigest()
@@ -114,7 +124,8 @@ def versions() -> dict:
     return out
 
 
-def _tensor_digest(t) -> dict:
+def tensor_digest(t) -> dict:
+    """Shape, dtype and the SHA-256 of the bytes of tensor ``t`` (a constant in a key)."""
     import torch
     t = t.detach().cpu().contiguous()
     raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
@@ -133,7 +144,7 @@ def graph_component(traced) -> dict:
         obj = gm
         for part in str(node.target).split("."):
             obj = getattr(obj, part)
-        consts[str(node.target)] = (_tensor_digest(obj) if isinstance(obj, torch.Tensor)
+        consts[str(node.target)] = (tensor_digest(obj) if isinstance(obj, torch.Tensor)
                                     else {"type": type(obj).__qualname__})
     return {"kind": traced.kind, "precision": traced.precision,
             "text_sha256": _sha(traced.graph_text.encode()), "constants": consts}
@@ -151,22 +162,42 @@ class CacheKey:
     digests: dict            # component -> SHA-256 of its canonical JSON
 
 
-def compute_key(model, traced, rule, inputs, options) -> CacheKey:
-    """The cache key of compiling ``model`` (traced as ``traced``) with ``rule`` on
-    ``inputs`` with ``options``.  Raises TypeError when the rule has no canonical form."""
-    components = {
-        "graph": graph_component(traced),
-        "params": [[n, list(s), str(d)] for n, s, d in
-                   zip(traced.param_names, traced.param_shapes, traced.param_dtypes)],
+def _components(graph: dict, params: list, rule, inputs, options) -> dict:
+    return {
+        "graph": graph,
+        "params": params,
         "inputs": [[list(t.shape), str(t.dtype)] for t in inputs],
         "rule": None if rule is None else rule.describe(),
         "options": dataclasses.asdict(options),
         "target": target_component(options),
         **versions(),
     }
+
+
+def _digest_key(components: dict) -> tuple[str, dict]:
     digests = {k: _sha(canonical_json(components[k])) for k in COMPONENTS}
-    key = _sha(canonical_json({"schema": SCHEMA, "components": digests}))
+    return _sha(canonical_json({"schema": SCHEMA, "components": digests})), digests
+
+
+def compute_key(model, traced, rule, inputs, options) -> CacheKey:
+    """The cache key of compiling ``model`` (traced as ``traced``) with ``rule`` on
+    ``inputs`` with ``options``.  Raises TypeError when the rule has no canonical form."""
+    params = [[n, list(s), str(d)] for n, s, d in
+              zip(traced.param_names, traced.param_shapes, traced.param_dtypes)]
+    key, digests = _digest_key(_components(graph_component(traced), params, rule, inputs,
+                                           options))
     return CacheKey(key, model_identity(model, rule), digests)
+
+
+def fingerprint_key(model, fingerprint, rule, inputs, options) -> str:
+    """The key under which a fingerprint (latch.frontend.fingerprint) finds its entry: every
+    component of :func:`compute_key`, with the fingerprint in place of the traced graph.
+    Raises TypeError as compute_key does."""
+    params = ([[n, list(p.shape), str(p.dtype)] for n, p in model.named_parameters()]
+              if fingerprint.kind == "loss_and_grads" else [])
+    graph = {"kind": fingerprint.kind, "precision": fingerprint.precision,
+             "fingerprint": fingerprint.digest}
+    return _digest_key(_components(graph, params, rule, inputs, options))[0]
 
 
 def model_identity(model, rule) -> str:
@@ -214,10 +245,12 @@ class Lookup:
 
 
 class CompileCache:
-    """A folder of ``.latch`` entries and per-model indexes::
+    """A folder of ``.latch`` entries, per-model indexes and fingerprint records::
 
         <root>/v1/entries/<key[:2]>/<key>.latch
-        <root>/v1/index/<model identity>.json   {"entries": [{"key", "components"}, ...]}
+        <root>/v1/entries/<key[:2]>/<key>.llvm       (cpu target: the lowered module)
+        <root>/v1/index/<model identity>.json       {"entries": [{"key", "components"}, ...]}
+        <root>/v1/fingerprints/<fkey[:2]>/<fkey>.json   {"key": <key>}
     """
 
     def __init__(self, root: str):
@@ -249,6 +282,31 @@ class CompileCache:
             write_artifact(self.jit_path(key), {"kind": "cpu-llvm",
                                                 "memory_plan": exe.memory_plan},
                            {"llvm.mlir": exe.llvm_text().encode()})
+
+    def fingerprint_path(self, fkey: str) -> str:
+        """The file naming the entry a fingerprint key led to (see :func:`fingerprint_key`)."""
+        return os.path.join(self.root, "fingerprints", fkey[:2], f"{fkey}.json")
+
+    def lookup_fingerprint(self, fkey: str) -> Lookup | None:
+        """A hit on the entry fingerprint key ``fkey`` led to before, or None (no such
+        record, or its entry is gone or does not read: the caller traces and keys)."""
+        from latch.artifact import read_artifact
+        from latch.errors import LatchError
+        try:
+            with open(self.fingerprint_path(fkey)) as f:
+                key = json.load(f)["key"]
+            if not (isinstance(key, str) and len(key) == 64 and
+                    all(c in "0123456789abcdef" for c in key)):
+                return None
+            manifest, files = read_artifact(self.entry_path(key))
+        except (OSError, ValueError, KeyError, TypeError, LatchError):
+            return None
+        return Lookup("hit", key, manifest=manifest, files=files)
+
+    def store_fingerprint(self, fkey: str, key: str) -> None:
+        path = self.fingerprint_path(fkey)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, json.dumps({"key": key}).encode())
 
     def _index_path(self, identity: str) -> str:
         return os.path.join(self.root, "index", f"{identity}.json")
@@ -301,18 +359,19 @@ class CompileCache:
 
 
 # ----------------------------------------------------------------------------- compile()
-def _load(cache: CompileCache, key: str, manifest: dict, files: dict, traced, times: dict):
+def _load(cache: CompileCache, key: str, manifest: dict, files: dict, out_treedef,
+          times: dict):
     """A program object from a cached artifact.  For the cpu target the JIT runs here, from
     the stored LLVM-dialect module when there is one (else lowering again, and storing it)."""
     import contextlib
-
-    from latch.targets.cpu import prelowered
 
     kind = manifest.get("kind")
     times = {k: round(v, 4) for k, v in times.items()}
     if kind == "cuda-update":
         from latch.targets.cuda import CudaProgramHandle
         return CudaProgramHandle(manifest, files, times)
+    from latch.targets.cpu import prelowered
+
     t0 = time.perf_counter()
     text = (files["program.mlir"] if kind == "update" else files["function.mlir"]).decode()
     lowered = cache.load_lowered(key)
@@ -323,7 +382,7 @@ def _load(cache: CompileCache, key: str, manifest: dict, files: dict, traced, ti
         else:
             from latch.function import CompiledFunction
             manifest["compile_seconds"] = times
-            prog = CompiledFunction(manifest, text, traced.out_treedef)
+            prog = CompiledFunction(manifest, text, out_treedef)
     if kind == "update":
         times["cache-load+jit"] = round(time.perf_counter() - t0, 4)
         manifest["compile_seconds"] = times
@@ -332,10 +391,11 @@ def _load(cache: CompileCache, key: str, manifest: dict, files: dict, traced, ti
     return prog
 
 
-def _store_quietly(fn, key, prog) -> None:
+def _store_quietly(fn, *args) -> None:
     try:
-        fn(key, prog)
+        fn(*args)
     except OSError as e:          # a read-only or full cache folder: compile anyway
+        key = args[0]
         log.warning("could not store %s: %s", getattr(key, "key", key)[:16], e)
 
 
@@ -356,25 +416,81 @@ def _annotate(prog, info: Lookup) -> None:
     prog.report = report_with_cache
 
 
+def _fingerprint(model, rule, inputs, options):
+    """The fingerprint of what ``latch.compile`` would trace, or None when there is none
+    (latch.frontend.fingerprint says when; the model then is traced and keyed as usual)."""
+    from latch.frontend.fingerprint import (NotFingerprintable, fingerprint_function,
+                                            fingerprint_loss_and_grads)
+    try:
+        if rule is None:           # as latch.function.compile_function traces
+            return fingerprint_function(model, inputs)
+        return fingerprint_loss_and_grads(model, inputs, precision=options.precision)
+    except NotFingerprintable as e:
+        log.debug("no fingerprint (%s): tracing", e)
+    except Exception as e:  # noqa: BLE001 - the model fails on its inputs: the trace says how
+        log.debug("no fingerprint (%s: %s): tracing", type(e).__name__, e)
+    return None
+
+
 def cached_compile(model, rule, inputs, options, build):
-    """``build()`` (which compiles from scratch) behind the persistent cache: trace once,
-    key, hit → load the artifact; miss → build from the same trace and store."""
+    """``build()`` (which compiles from scratch) behind the persistent cache.
+
+    1. Fingerprint the model (an eager run, milliseconds: latch.frontend.fingerprint); a
+       fingerprint that led to an entry before is a hit without tracing.
+    2. Otherwise trace, key (:func:`compute_key`): hit → load the artifact; miss → build
+       from the same trace and store.  Either way the fingerprint is then recorded as
+       leading to that entry."""
     from latch.errors import LatchError
-    from latch.frontend.importer import start_worker
-    from latch.frontend.trace import reuse_trace, trace_function, trace_loss_and_grads
 
     off = ("LATCH_CACHE=0" if not cache_enabled() else
            "LATCH_DUMP_DIR is set: every stage runs" if os.environ.get("LATCH_DUMP_DIR")
            else None)
     if off:
+        from latch.frontend.importer import start_worker
         start_worker()
         prog = build()
         _annotate(prog, Lookup("off", reason=off))
         return prog
     cache = CompileCache(cache_dir())
     if not cache.has_index(model_identity(model, rule)):
+        from latch.frontend.importer import start_worker
         start_worker()             # a new model: surely a miss, so import in parallel
     times = {}
+    t0 = time.perf_counter()
+    fingerprint, fkey = _fingerprint(model, rule, inputs, options), None
+    if fingerprint is not None:
+        try:
+            fkey = fingerprint_key(model, fingerprint, rule, inputs, options)
+        except TypeError:          # a rule with no canonical description: not cacheable
+            pass                   # (the keyed path below says so)
+    times["fingerprint"] = time.perf_counter() - t0
+    if fkey is not None:
+        t0 = time.perf_counter()
+        info = cache.lookup_fingerprint(fkey)
+        times["cache-lookup"] = time.perf_counter() - t0
+        if info is not None:
+            try:
+                prog = _load(cache, info.key, info.manifest, info.files,
+                             fingerprint.out_treedef, times)
+            except (LatchError, KeyError, ValueError):
+                pass               # unusable: the keyed lookup below finds and replaces it
+            else:
+                log.info("hit %s by fingerprint (%s)", info.key[:16],
+                         cache.entry_path(info.key))
+                _annotate(prog, info)
+                return prog
+    prog, k = _traced_compile(cache, model, rule, inputs, options, build, times)
+    if fkey is not None and k is not None:
+        _store_quietly(cache.store_fingerprint, fkey, k.key)
+    return prog
+
+
+def _traced_compile(cache, model, rule, inputs, options, build, times):
+    """Trace, key, then hit → load, miss → build and store; returns (program, key or
+    None)."""
+    from latch.errors import LatchError
+    from latch.frontend.trace import reuse_trace, trace_function, trace_loss_and_grads
+
     t0 = time.perf_counter()
     if rule is None:               # as latch.function.compile_function traces
         traced = trace_function(model, inputs)
@@ -388,27 +504,27 @@ def cached_compile(model, rule, inputs, options, build):
         info, k = Lookup("off", reason=f"not cacheable: {e}"), None
     else:
         info = cache.lookup(k)
-    times["cache-lookup"] = time.perf_counter() - t0
+    times["cache-lookup"] = times.get("cache-lookup", 0.0) + time.perf_counter() - t0
     if info.status == "hit":
         try:
-            prog = _load(cache, k.key, info.manifest, info.files, traced, times)
+            prog = _load(cache, k.key, info.manifest, info.files, traced.out_treedef, times)
         except (LatchError, KeyError, ValueError) as e:   # readable but unusable: rebuild
             info = Lookup("miss", k.key, reason=f"corrupted entry (does not load: "
                                                 f"{str(e).splitlines()[0]}); replaced")
         else:
             log.info("hit %s (%s)", k.key[:16], cache.entry_path(k.key))
             _annotate(prog, info)
-            return prog
+            return prog, k
     log.info("%s", info.describe())
     with reuse_trace(traced, model, inputs):
         prog = build()
     stage_times = _stage_times(prog)
-    stage_times["trace"] = round(times["trace"], 4)   # the build reused this trace
-    stage_times["cache-lookup"] = round(times["cache-lookup"], 4)
+    for stage in ("fingerprint", "trace", "cache-lookup"):   # the build reused this trace
+        stage_times[stage] = round(times[stage], 4)
     if k is not None:
         t0 = time.perf_counter()
         _store_quietly(cache.store_lowered, k.key, prog)
         _store_quietly(cache.store, k, prog)
         stage_times["cache-store"] = round(time.perf_counter() - t0, 4)
     _annotate(prog, info)
-    return prog
+    return prog, k

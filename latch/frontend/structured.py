@@ -100,8 +100,18 @@ class Call:
 
 class Recorder:
     def __init__(self, mode: str):
-        self.mode = mode      # "function" | "joint" (functorch) | "joint-autograd"
+        # "function" | "joint" (functorch) | "joint-autograd" | "fingerprint"
+        self.mode = mode
         self.calls: list[Call] = []
+        self.refused: str | None = None   # "fingerprint": the scan/repeat it met
+
+    def refuse_fingerprint(self, what: str) -> None:
+        """In a fingerprint run (latch.frontend.fingerprint) a scan/repeat ends the run: the
+        trace keeps it as a loop, which an eager run cannot show."""
+        if self.mode == "fingerprint":
+            from latch.frontend.fingerprint import NotFingerprintable
+            self.refused = what
+            raise NotFingerprintable(f"{what} is traced into a loop")
 
     def add(self, call: Call) -> Call:
         call.index = len(self.calls)
@@ -241,6 +251,7 @@ def _call_with(block, names, extras, args):
 
 def traced_scan(rec: Recorder, step_fn, carry, xs):
     from latch.control import _scan_length
+    rec.refuse_fingerprint("latch.scan")
     if rec.mode != "function":
         raise UnsupportedOpError(
             "latch.scan inside a model compiled with a learning rule is not supported yet",
@@ -292,6 +303,7 @@ def traced_scan(rec: Recorder, step_fn, carry, xs):
 
 
 def traced_repeat(rec: Recorder, block, x, times: int):
+    rec.refuse_fingerprint("latch.repeat")
     if rec.mode == "joint":
         raise NeedsAutogradJoint("latch.repeat in a functorch joint trace")
     if not isinstance(x, torch.Tensor):

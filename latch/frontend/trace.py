@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import traceback
 import dataclasses
@@ -153,7 +154,10 @@ def _full_stack_traces():
         TracerBase._filter_traceback_frames = orig
 
 
-def _data_dependent_errors():
+@functools.cache
+def _data_dependent_errors() -> tuple:
+    """The exceptions of a data-dependent op under fake tensors (looked up when one is
+    raised: importing symbolic_shapes imports sympy, which a cache hit does not need)."""
     from torch._subclasses import fake_tensor
     from torch.fx.experimental import symbolic_shapes
     errs = [symbolic_shapes.GuardOnDataDependentSymNode]
@@ -162,9 +166,6 @@ def _data_dependent_errors():
         if hasattr(fake_tensor, n):
             errs.append(getattr(fake_tensor, n))
     return tuple(errs)
-
-
-_DATA_DEPENDENT = _data_dependent_errors()
 
 
 def _describe(args: Sequence[torch.Tensor]) -> str:
@@ -200,7 +201,7 @@ def _make_fx(fn: Callable, args: Sequence[torch.Tensor], precision: str,
             gm = make_fx(fn, decomposition_table=decomposition_table(),
                          tracing_mode="fake", record_stack_traces=True,
                          _allow_non_fake_inputs=True)(*args)
-        except _DATA_DEPENDENT as e:
+        except _data_dependent_errors() as e:
             raise UnsupportedOpError(
                 "the model has data-dependent control flow or shapes, which a static "
                 "training graph cannot express",

@@ -87,9 +87,10 @@ def test_schedule_of_sgd_update(sgd_compiled):
     assert [(o["shape"], o["dtype"], o["bytes"]) for o in s["outputs"]] == [([], "f32", 4)]
     assert s["arena_bytes"] >= s["planned_arena_bytes"] > 0
     assert s["arena_bytes"] % s["alignment"] == 0
-    # the first kernel fills the residual buffer: (index consts..., 0.0 : f32, arena slot 0)
+    # the first kernel fills the residual buffer [256, 16]: (index consts..., 0.0 : f32,
+    # arena slot 0); its unit-stride dimension (16) maps to threadIdx.x, the rows to y
     first = s["launches"][0]
-    assert first["grid"] == [8, 2, 1] and first["block"] == [32, 8, 1]
+    assert first["grid"] == [1, 32, 1] and first["block"] == [32, 8, 1]
     assert first["shared_bytes"] == 0
     assert first["args"][-2:] == [{"const": 0.0, "type": "f32"}, {"arena": 0, "type": "ptr"}]
     # the loss is written straight into output 0; the forward reads input 0 and state 0
