@@ -7,7 +7,8 @@ Each build is ``b<batch>-<precision>`` with the recipe of its batch (B2 for b2, 
 b32).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch (PTX + manifest, no
 weights: the GPU side rebuilds the model from the same seed) and build.json next to them
 (compile times, counts, and a fingerprint of the initial parameters so that the GPU side
-can check it built the same model).  bench/tinymoe196m_gpu.py runs them on the GPU.
+can check it built the same model).  bench/tinymoe_bench_gpu.py runs them on the GPU, side
+by side with the PyTorch controls.
 """
 from __future__ import annotations
 

@@ -893,3 +893,25 @@ def test_parallel_ptx_serialization_gives_the_same_ptx():
         parallel = serialize_kernels(m, "sm_90", "+ptx80", jobs=2, min_per_job=1)
     assert len(serial) >= 4
     assert parallel == serial
+
+
+@pytest.mark.parametrize("precision,instruction", [("fp32", "fma.rn.f32"),
+                                                   ("bf16", "mma.sync.aligned.m16n8k16")])
+def test_every_matmul_of_the_mlp_is_a_contraction_kernel(precision, instruction):
+    """The MLP's 3 forward matmuls and 5 backward ones (3 weight gradients, 2 input
+    gradients) each launch a generated contraction kernel: tensor cores (mma.sync) for
+    bf16, FMA register tiles for fp32 (never TF32)."""
+    import latch
+    from latch import optim
+    sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+    from models import make_mlp
+
+    model, example = make_mlp(0, batch=64)
+    prog = latch.compile(model, optim.SGD(0.1), example, target="cuda", precision=precision)
+    launches = [la for la in prog.manifest["launches"]
+                if la["module"].startswith("latch_contract")]
+    assert len(launches) == 8
+    for la in launches:
+        ptx = prog.files[prog.manifest["modules"][la["module"]]].decode()
+        assert instruction in ptx, la["module"]
+        assert "tf32" not in ptx
