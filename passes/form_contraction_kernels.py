@@ -624,7 +624,7 @@ class FormContractionKernels(ModulePass):
             parsed = ir.Module.parse(text)
             kernel_module = _op(parsed.body.operations[0])
             ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
-            _expand_factors(kernel_module, con)
+            _expand_factors(kernel_module, con, text.count(f'"{_PLACEHOLDER}"'))
             index = ir.IndexType.get()
             with ir.InsertionPoint(con.op), con.op.location:
                 def c(v):
@@ -637,28 +637,27 @@ class FormContractionKernels(ModulePass):
             con.op.erase()
 
 
-def _walk(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                yield inner
-                yield from _walk(inner)
-
-
-def _expand_factors(kernel_module, con: Contraction) -> None:
+def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
     """Replace each factor placeholder of the kernel by the factor's body ops, cloned with
     the generic's inputs read at the placeholder's loop indices."""
     from mlir import ir
 
-    func = next(o for o in _walk(kernel_module) if o.name == "gpu.func")
+    func = next(_op(o) for o in kernel_module.regions[0].blocks[0].operations
+                if _op(o).name == "gpu.func")
     entry = func.regions[0].blocks[0]
     n_in = len(con.inputs)
     inputs = list(entry.arguments)[:n_in]
     captured = list(entry.arguments)[n_in + 1:]
     block = con.op.regions[0].blocks[0]
     index = ir.IndexType.get()
-    for ph in [o for o in _walk(func) if o.name == _PLACEHOLDER]:
+    # the kernels emit every factor load in the body of the k-tile loop, a top-level scf.for
+    # of the kernel: searching that one block (not the whole kernel) keeps this linear
+    loops = [_op(o) for o in entry.operations if _op(o).name == "scf.for"]
+    placeholders = [_op(o) for loop in loops for o in loop.regions[0].blocks[0].operations
+                    if _op(o).name == _PLACEHOLDER]
+    if len(placeholders) != expected:      # the generators put every load in that loop
+        raise AssertionError(f"found {len(placeholders)} of {expected} factor placeholders")
+    for ph in placeholders:
         side = con.sides[ir.IntegerAttr(ph.attributes["side"]).value]
         dims = list(ph.operands)
         mapping = {}
