@@ -16,8 +16,8 @@ the return:
 * ``cf.assert`` in linalg bodies (torch-mlir's gather bounds checks) is dropped:
   convert-parallel-loops-to-gpu leaves an exactly tiled loop nest with an assert in it on
   the host.
-* ``memref.copy`` of rank ≥ 1 becomes ``linalg.copy`` (a parallel op, so it becomes an
-  ordinary elementwise kernel); of rank 0 a ``memref.load`` + ``memref.store``.
+* ``memref.copy`` of rank ≥ 1 becomes a copying ``linalg.generic`` (a parallel op, so it
+  becomes an ordinary elementwise kernel); of rank 0 a ``memref.load`` + ``memref.store``.
 * A full sum reduction (a linalg.generic whose loops are all reductions into a 0-d f32/f64
   buffer, with body ``acc + e``) becomes one ``gpu.launch`` of ``reduce-threads`` threads
   (default 256; 0 turns this off): each thread sums a strided slice of the iteration space
@@ -151,7 +151,7 @@ def _drop_kernel_asserts(body) -> None:
 
 def _rewrite_copies(body) -> None:
     from mlir import ir
-    from mlir.dialects import linalg, memref
+    from mlir.dialects import memref
 
     for op in list(body.operations):
         op = _op(op)
@@ -167,8 +167,27 @@ def _rewrite_copies(body) -> None:
                 if not (st.has_static_shape and dt.has_static_shape):
                     raise PassError("latch-wrap-host-compute: memref.copy with dynamic shape "
                                     "cannot be scheduled on the GPU", op.location)
-                linalg.copy(src, outs=[dst])
+                _copy_generic(src, dst, st.rank)
         op.erase()
+
+
+def _copy_generic(src, dst, rank: int) -> None:
+    """``dst[i...] = src[i...]`` as a linalg.generic (not the named linalg.copy), so that
+    _reductions_innermost orders its loops for coalesced access like every other kernel."""
+    from mlir import ir
+
+    ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
+    par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    gen = ir.Operation.create(
+        "linalg.generic", [], [src, dst],
+        attributes={"indexing_maps": ir.ArrayAttr.get([ident, ident]),
+                    "iterator_types": ir.ArrayAttr.get([par] * rank),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
+        regions=1)
+    block = gen.regions[0].blocks.append(ir.MemRefType(src.type).element_type,
+                                         ir.MemRefType(dst.type).element_type)
+    with ir.InsertionPoint(block):
+        ir.Operation.create("linalg.yield", [], [block.arguments[0]])
 
 
 def _if_convert(body) -> None:
@@ -728,6 +747,9 @@ def _widen_i1_buffers(func_op) -> None:
                         yld.operands[k] = e.results[0]
 
 
+_ORDERED = "latch.loops_ordered"
+
+
 def _reductions_innermost(body) -> None:
     """Permute the loops of every linalg.generic so that its parallel loops come first, in
     reverse order, then its reductions (in their order).  convert-linalg-to-parallel-loops
@@ -742,8 +764,9 @@ def _reductions_innermost(body) -> None:
 
     for op in list(body.operations):
         op = _op(op)
-        if op.name != "linalg.generic":
+        if op.name != "linalg.generic" or _ORDERED in op.attributes:
             continue
+        op.attributes[_ORDERED] = ir.UnitAttr.get()     # running the pass again keeps it
         its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
         par = [i for i, t in enumerate(its) if "parallel" in t]
         red = [i for i, t in enumerate(its) if "parallel" not in t]

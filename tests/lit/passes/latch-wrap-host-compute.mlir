@@ -88,10 +88,12 @@ func.func @clip_and_count(%g: memref<1024xf32>, %count: memref<i64>) -> (memref<
 
 // -----
 
-// memref.copy of rank >= 1 becomes a parallel linalg.copy (an ordinary kernel); of rank 0 a
-// load + store that is wrapped.
+// memref.copy of rank >= 1 becomes a parallel copying linalg.generic (an ordinary kernel);
+// of rank 0 a load + store that is wrapped.
 // CHECK-LABEL: func.func @copies(
-// CHECK: linalg.copy {{.*}}ins(%arg0 : memref<16xf32>) outs(%{{.*}} : memref<16xf32>)
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel"]{{.*}} ins(%arg0 : memref<16xf32>) outs(%{{.*}} : memref<16xf32>)
+// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %{{.*}}: f32):
+// CHECK-NEXT: linalg.yield %[[IN]] : f32
 // CHECK: scf.parallel
 // CHECK:   %[[V:.*]] = memref.load %arg1[]
 // CHECK:   memref.store %[[V]]
@@ -380,5 +382,19 @@ func.func @big_sum(%x: memref<65536xf32>, %out: memref<f32>) {
     %s = arith.addf %a, %acc : f32
     linalg.yield %s : f32
   }
+  return
+}
+
+// -----
+// Parallel loops are reversed so that threadIdx.x walks the unit-stride dimension: a copy
+// of a 4x256 buffer takes 256/32 = 8 blocks along x and 4/8 -> 1 along y.
+// CHECK-LABEL: func.func @coalesced_copy(
+// CHECK: linalg.generic
+// KERNELS-LABEL: func.func @coalesced_copy(
+// KERNELS-DAG: %[[C8:.*]] = arith.constant 8 : index
+// KERNELS-DAG: %[[C1:.*]] = arith.constant 1 : index
+// KERNELS: gpu.launch_func @{{.*}} blocks in (%[[C8]], %[[C1]], %[[C1]])
+func.func @coalesced_copy(%a: memref<4x256xf32>, %b: memref<4x256xf32>) {
+  memref.copy %a, %b : memref<4x256xf32> to memref<4x256xf32>
   return
 }
