@@ -147,10 +147,43 @@ def test_declines_what_a_fake_tensor_would_not_show(body):
     assert torch.equal(ONES, before)
 
 
-def test_declines_a_model_too_large_to_run_eagerly():
+def test_a_model_too_large_to_run_eagerly_runs_on_fake_tensors(monkeypatch):
+    """Above MAX_WORK the run uses fake tensors: same record for the same model, a different
+    one when the model changes, the model untouched, value-dependent code still declined."""
+    import latch.frontend.fingerprint as fp
+
+    calls = []
+    real_run = fp._run
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("fake", False))
+        return real_run(*args, **kwargs)
+    monkeypatch.setattr(fp, "_run", spy)
+    x = (torch.randn(512, 1000),)
     big = nn.Sequential(nn.Linear(1000, 1000), nn.Flatten(0))
-    with pytest.raises(NotFingerprintable, match="too large"):
-        fingerprint_function(big, (torch.randn(512, 1000),))
+    before = big[0].weight.detach().clone()
+    a = fingerprint_function(big, x).digest
+    assert calls == [True]
+    assert fingerprint_function(big, x).digest == a
+    assert torch.equal(big[0].weight, before)
+    other = nn.Sequential(nn.Linear(1000, 1000), nn.ReLU(), nn.Flatten(0))
+    other[0].load_state_dict(big[0].state_dict())
+    assert fingerprint_function(other, x).digest != a
+
+    class ValueDependent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(1000, 1000)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y.sum() if bool(y.sum() > 0) else -y.sum()
+    with pytest.raises(NotFingerprintable):
+        fingerprint_function(ValueDependent(), x)
+    # below the bound the same model runs eagerly, a record of another kind
+    monkeypatch.setattr(fp, "MAX_WORK", 1 << 40)
+    assert fingerprint_function(big, x).digest != a
+    assert calls[-1] is False
 
 
 def test_leaves_the_model_the_inputs_and_torch_as_they_were():
