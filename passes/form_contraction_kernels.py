@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass
+from latch.passes.generic_body import clone_body_ops
 
 _CASTS = ("arith.extf", "arith.truncf")
 KERNEL = "contract"     # the kernel's name in every module: identical kernels dedupe
@@ -682,16 +683,7 @@ def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
                     mapping[v] = captured[next(j for j, w in enumerate(con.captured) if w == v)]
                 else:
                     mapping[v] = _op(v.owner).clone().results[0]
-            for o in side.ops:
-                if o.name == "linalg.index":
-                    mapping[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
-                    continue
-                new = o.clone()
-                for i, operand in enumerate(list(new.operands)):
-                    if operand in mapping:
-                        new.operands[i] = mapping[operand]
-                for old_r, new_r in zip(o.results, new.results):
-                    mapping[old_r] = new_r
+            clone_body_ops(side.ops, mapping, dims)
         narrow = ir.BoolAttr(ph.attributes["narrow"]).value
         ph.results[0].replace_all_uses_with(mapping[side.narrow if narrow else side.value])
         ph.erase()

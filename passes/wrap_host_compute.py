@@ -49,6 +49,7 @@ import dataclasses
 
 from latch.errors import PassError
 from latch.passes.base import ModulePass
+from latch.passes.generic_body import clone_body_ops
 
 # ops that stay on the host as they are
 _HOST_OK = {"arith.constant", "memref.alloc", "memref.alloca", "memref.dealloc",
@@ -1196,16 +1197,5 @@ def _body_at(block, acc, add, ins, maps, ranges, linear, partial):
         elt = ir.MemRefType(v.type).element_type
         mapping[block.arguments[j]] = ir.Operation.create("memref.load", [elt], [v] + idx).result
     mapping[acc] = partial
-    for body_op in list(block.operations)[:-1]:
-        body_op = _op(body_op)
-        if body_op.name == "linalg.index":
-            d = ir.IntegerAttr(body_op.attributes["dim"]).value
-            mapping[body_op.results[0]] = dims[d]
-            continue
-        new = body_op.clone()
-        for i, operand in enumerate(list(new.operands)):
-            if operand in mapping:
-                new.operands[i] = mapping[operand]
-        for old_r, new_r in zip(body_op.results, new.results):
-            mapping[old_r] = new_r
+    clone_body_ops([_op(o) for o in block.operations][:-1], mapping, dims)
     return mapping[add.results[0]]

@@ -21,14 +21,6 @@ from models import make_mlp
 RULE = optim.AdamW(1e-3, weight_decay=0.1)
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LATCH_CACHE", "1")
-    monkeypatch.setenv("LATCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("LATCH_DUMP_DIR", raising=False)
-    return tmp_path / "cache"
-
-
 def _status(prog):
     return prog.manifest["cache"]
 

@@ -251,14 +251,6 @@ def test_a_function_fingerprint_holds_its_output_structure():
 
 
 # ----------------------------------------------------------------------------- the cache
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LATCH_CACHE", "1")
-    monkeypatch.setenv("LATCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("LATCH_DUMP_DIR", raising=False)
-    return tmp_path / "cache"
-
-
 def test_a_hit_by_fingerprint_does_not_trace(cache_dir, monkeypatch):
     import latch.frontend.trace as trace
     model, example = make_mlp(seed=0)
