@@ -39,7 +39,6 @@ import dataclasses
 from latch.passes.base import ModulePass
 from latch.passes.generic_body import clone_body_ops
 
-_CASTS = ("arith.extf", "arith.truncf")
 KERNEL = "contract"     # the kernel's name in every module: identical kernels dedupe
 _PLACEHOLDER = "latch.contraction_factor"   # a factor's value, expanded after parsing
 _WG = "#gpu.address_space<workgroup>"
@@ -252,6 +251,7 @@ class _Text:
         self.lines: list[str] = []
         self.n = 0
         self.consts: dict[tuple, str] = {}
+        self.const_lines: list[str] = []     # the constants, emitted before every line
 
     def fresh(self) -> str:
         self.n += 1
@@ -274,8 +274,6 @@ class _Text:
             self.const_lines.append(f"{name} = arith.constant {lit} : {type_}")
         return self.consts[key]
 
-    const_lines: list
-
     def arith(self, name: str, x: str, y, type_: str = "index") -> str:
         if not isinstance(y, str):
             y = self.const(y)
@@ -295,8 +293,11 @@ class _Text:
 class _Kernel:
     """Index math shared by both kernels: flattened groups -> memref indices."""
 
-    def __init__(self, con: Contraction, t: _Text):
+    def __init__(self, con: Contraction, t: _Text, tiles: tuple[int, int, int],
+                 narrow: bool):
         self.con, self.t = con, t
+        self.m_tile, self.n_tile, self.k_tile = tiles
+        self.narrow = narrow       # factors as bf16 (tensor-core kernel) or f32
 
     def split(self, group: str, flat: str) -> dict:
         """Loop dim -> value, delinearizing ``flat`` over the group's dims."""
@@ -364,11 +365,8 @@ class _Kernel:
             x = t.emit(f"arith.select {valid}, {x}, {zero} : {rtype}")
         return x
 
-    k_tile = m_tile = n_tile = 1
-    narrow = False         # factors as bf16 (tensor-core kernel) or f32
 
-
-def _signature(con: Contraction, name: str, workgroup: str, threads: int) -> str:
+def _signature(con: Contraction, workgroup: str, threads: int) -> str:
     args = [f"%I{i}: {v.type}" for i, v in enumerate(con.inputs)] + [f"%C: {con.c.type}"]
     args += [f"%X{i}: {v.type}" for i, v in enumerate(con.captured)]
     return (f"gpu.func @{KERNEL}({', '.join(args)}) "
@@ -432,9 +430,7 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     KP = BK // 2                      # bf16 pairs per k-tile row
     PAD = KP + 4                      # row stride in i32 (conflict-free fragment loads)
     t = _Text()
-    t.const_lines = []
-    k = _Kernel(con, t)
-    k.k_tile, k.m_tile, k.n_tile, k.narrow = BK, BM, BN, True
+    k = _Kernel(con, t, (BM, BN, BK), narrow=True)
     M, N, K = con.size("m"), con.size("n"), con.size("k")
     tid, m0, n0, batch = _begin(t, con, k, BM, BN)
     warp = t.arith("divui", tid, 32)
@@ -521,7 +517,7 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     _epilogue(k, t, batch, cells)
     workgroup = (f"%As : memref<{BM}x{PAD}xi32, {_WG}>, "
                  f"%Bs : memref<{BN}x{PAD}xi32, {_WG}>")
-    text = _module(name, _signature(con, name, workgroup, THREADS), t)
+    text = _module(name, _signature(con, workgroup, THREADS), t)
     grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")))
     return text, grid, (THREADS, 1, 1)
 
@@ -530,9 +526,7 @@ def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     """(gpu.module text, grid, block) of the f32 SIMT kernel."""
     BM, BN, BK, THREADS, R = 64, 64, 16, 256, 4
     t = _Text()
-    t.const_lines = []
-    k = _Kernel(con, t)
-    k.k_tile, k.m_tile, k.n_tile = BK, BM, BN
+    k = _Kernel(con, t, (BM, BN, BK), narrow=False)
     M, N, K = con.size("m"), con.size("n"), con.size("k")
     tid, m0, n0, batch = _begin(t, con, k, BM, BN)
     tx = t.arith("remui", tid, 16)
@@ -573,7 +567,7 @@ def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     _epilogue(k, t, batch, cells)
     workgroup = (f"%As : memref<{BK}x{BM}xf32, {_WG}>, "
                  f"%Bs : memref<{BK}x{BN}xf32, {_WG}>")
-    text = _module(name, _signature(con, name, workgroup, THREADS), t)
+    text = _module(name, _signature(con, workgroup, THREADS), t)
     grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")))
     return text, grid, (THREADS, 1, 1)
 
