@@ -90,8 +90,13 @@ def main(argv=None) -> int:
     if os.environ.get("OUT"):
         name = os.path.basename(args.artifact)[:-len(".latch")]
         with open(os.path.join(os.environ["OUT"], f"profile-{name}.json"), "w") as f:
-            json.dump({"artifact": args.artifact, "total_ms": total,
-                       "classes": classes, "top": top}, f, indent=1)
+            every = [{"index": i, "ms": round(t, 4), "module": la.spec["module"],
+                      "grid": la.grid, "block": la.block,
+                      "class": kernel_class(la, ptx_has_mma)}
+                     for i, (la, t) in enumerate(zip(launches, med))]
+            json.dump({"artifact": args.artifact, "commit": os.environ.get("LATCH_COMMIT"),
+                       "gpu": torch.cuda.get_device_name(), "total_ms": total,
+                       "classes": classes, "top": top, "launches": every}, f)
     return 0
 
 
