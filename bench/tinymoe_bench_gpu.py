@@ -237,9 +237,11 @@ def main() -> int:
             else:
                 extra = (f" {res['launches']} launches, arena {res['arena_bytes']:,} B"
                          if engine == "latch" else "")
+                losses = res.get("losses") or []
+                curve = (f"; loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} "
+                         "updates" if losses else "")
                 print(f"B{batch} {engine:20s} median {res['median_ms']:9.3f} ms (min "
-                      f"{res['min_ms']:.3f}, max {res['max_ms']:.3f}); loss {res['losses'][0]:.4f}"
-                      f" -> {res['losses'][-1]:.4f} over {len(res['losses'])} updates;{extra}",
+                      f"{res['min_ms']:.3f}, max {res['max_ms']:.3f}){curve};{extra}",
                       flush=True)
             save()
         ok = {e: r for e, r in got.items() if "median_ms" in r}

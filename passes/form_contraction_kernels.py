@@ -75,6 +75,7 @@ class Contraction:
     sides: list                # [Operand P, Operand Q]
     mma: bool                  # both factors are bf16 values widened to f32
     captured: list             # external memrefs the factors load from (extra kernel args)
+    indicator: int | None = None   # a factor that is a 0/1 mask (an i1 converted to f32)
 
     def size(self, group: str) -> int:
         n = 1
@@ -238,7 +239,18 @@ def match_contraction(op) -> Contraction | None:
         for v in s.captured:
             if isinstance(v.type, ir.MemRefType) and all(v != w for w in captured):
                 captured.append(v)
-    return Contraction(op, values[:-1], c, maps, sizes, groups, sides, mma, captured)
+    indicator = next((i for i, s in enumerate(sides) if _is_indicator(s.value)), None)
+    return Contraction(op, values[:-1], c, maps, sizes, groups, sides, mma, captured,
+                       indicator)
+
+
+def _is_indicator(value) -> bool:
+    """A factor that is an i1 converted to f32: the one-hot masks of the dense
+    scatter/index_put formulations (latch.frontend.decompositions)."""
+    if hasattr(value.owner, "arguments"):
+        return False
+    o = _op(value.owner)
+    return o.name in ("arith.uitofp", "arith.sitofp") and str(o.operands[0].type) == "i1"
 
 
 # ---------------------------------------------------------------------------------------
@@ -534,18 +546,22 @@ def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     zero = t.const(0.0, "f32")
     kt, accs, results = _for_k_tiles(t, -(-K // BK), R * R, zero)
     k0 = t.mul(kt, BK)
-    for which, (tile, smem, row0, row_group) in enumerate(
-            ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
-        k_contig = k.contiguous_group(which) == "k"
-        for i in range(tile * BK // THREADS):
-            if k_contig:
-                r = t.add(t.arith("divui", tid, BK), i * THREADS // BK)
-                kk = t.arith("remui", tid, BK)
-            else:
-                r = t.arith("remui", tid, tile)
-                kk = t.add(t.arith("divui", tid, tile), i * THREADS // tile)
-            x = k.load(which, batch, row_group, t.add(row0, r), t.add(k0, kk))
-            t.line(f"memref.store {x}, {smem}[{kk}, {r}] : memref<{BK}x{tile}xf32, {_WG}>")
+    tiles = ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))
+    mask = con.indicator
+    order = [0, 1] if mask is None else [mask, 1 - mask]
+    nonzero = _stage_tile(t, k, batch, tid, k0, BK, THREADS, order[0], *tiles[order[0]],
+                          track_nonzero=mask is not None)
+    skip = None
+    if mask is not None:
+        # a 0/1 mask factor: a k-tile whose mask tile is all zero adds nothing, so the
+        # block skips it (the other factor's loads and the FMAs) when no thread saw a one
+        # (bar.red.or: the barrier that publishes the mask tile also ORs the flags)
+        anyone = t.emit(f"nvvm.barrier #nvvm.reduction<or> {nonzero} -> i32")
+        skip = t.emit(f"arith.cmpi ne, {anyone}, {t.const(0, 'i32')} : i32")
+        types = ", ".join(["f32"] * (R * R))
+        taken = t.fresh()
+        t.line(f"{taken}:{R * R} = scf.if {skip} -> ({types}) {{")
+    _stage_tile(t, k, batch, tid, k0, BK, THREADS, order[1], *tiles[order[1]])
     t.line("gpu.barrier")
     cur = list(accs)
     for kk in range(BK):
@@ -557,6 +573,12 @@ def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
             for j in range(R):
                 cur[i * R + j] = t.emit(f"math.fma {a[i]}, {b[j]}, {cur[i * R + j]} : f32")
     t.line("gpu.barrier")
+    if skip is not None:
+        t.line(f"scf.yield {', '.join(cur)} : {types}")
+        t.line("} else {")
+        t.line(f"scf.yield {', '.join(accs)} : {types}")
+        t.line("}")
+        cur = [f"{taken}#{i}" for i in range(R * R)]
     t.line(f"scf.yield {', '.join(cur)} : {', '.join(['f32'] * (R * R))}")
     t.line("}")
     cells = []
@@ -570,6 +592,29 @@ def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     text = _module(name, _signature(con, workgroup, THREADS), t)
     grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")))
     return text, grid, (THREADS, 1, 1)
+
+
+def _stage_tile(t: _Text, k: _Kernel, batch: dict, tid: str, k0: str, BK: int, threads: int,
+                which: int, tile: int, smem: str, row0: str, row_group: str,
+                track_nonzero: bool = False) -> str | None:
+    """Store factor ``which``'s ``BK`` x ``tile`` tile at k-offset ``k0`` into shared memory
+    (``smem[kk, row]``), each thread loading along the factor's contiguous dimension;
+    with ``track_nonzero``, return an i32 that is 1 where this thread stored a nonzero."""
+    k_contig = k.contiguous_group(which) == "k"
+    seen = t.const(0, "i32") if track_nonzero else None
+    for i in range(tile * BK // threads):
+        if k_contig:
+            r = t.add(t.arith("divui", tid, BK), i * threads // BK)
+            kk = t.arith("remui", tid, BK)
+        else:
+            r = t.arith("remui", tid, tile)
+            kk = t.add(t.arith("divui", tid, tile), i * threads // tile)
+        x = k.load(which, batch, row_group, t.add(row0, r), t.add(k0, kk))
+        t.line(f"memref.store {x}, {smem}[{kk}, {r}] : memref<{BK}x{tile}xf32, {_WG}>")
+        if track_nonzero:
+            nz = t.emit(f"arith.cmpf une, {x}, {t.const(0.0, 'f32')} : f32")
+            seen = t.emit(f"arith.ori {seen}, {t.emit(f'arith.extui {nz} : i1 to i32')} : i32")
+    return seen
 
 
 def _module(name: str, signature: str, t: _Text) -> str:
@@ -646,9 +691,13 @@ def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
     block = con.op.regions[0].blocks[0]
     index = ir.IndexType.get()
     # the kernels emit every factor load in the body of the k-tile loop, a top-level scf.for
-    # of the kernel: searching that one block (not the whole kernel) keeps this linear
+    # of the kernel, or in the scf.if there that skips all-zero mask tiles: searching those
+    # blocks (not the whole kernel) keeps this linear
     loops = [_op(o) for o in entry.operations if _op(o).name == "scf.for"]
-    placeholders = [_op(o) for loop in loops for o in loop.regions[0].blocks[0].operations
+    blocks = [loop.regions[0].blocks[0] for loop in loops]
+    blocks += [_op(o).regions[0].blocks[0] for b in list(blocks) for o in b.operations
+               if _op(o).name == "scf.if"]
+    placeholders = [_op(o) for b in blocks for o in b.operations
                     if _op(o).name == _PLACEHOLDER]
     if len(placeholders) != expected:      # the generators put every load in that loop
         raise AssertionError(f"found {len(placeholders)} of {expected} factor placeholders")

@@ -1,5 +1,6 @@
-"""Cloning the body of a ``linalg.generic`` outside it (shared by the passes that turn a
-generic into hand-built loops: latch-wrap-host-compute's block reductions and
+"""Turning a ``linalg.generic`` into hand-built loops: its loop ranges, index arithmetic on a
+linear iteration index, and its body cloned at given loop indices (shared by the passes that
+do this: latch-wrap-host-compute's block and row reductions and
 latch-form-contraction-kernels' operand loads)."""
 from __future__ import annotations
 
@@ -22,3 +23,78 @@ def clone_body_ops(ops, mapping: dict, dims) -> None:
                 new.operands[i] = mapping[operand]
         for old_r, new_r in zip(op.results, new.results):
             mapping[old_r] = new_r
+
+
+def index_constant(v: int):
+    """An ``arith.constant`` of type index at the current insertion point."""
+    from mlir import ir
+
+    index = ir.IndexType.get()
+    return ir.Operation.create("arith.constant", [index],
+                               attributes={"value": ir.IntegerAttr.get(index, v)}).result
+
+
+def loop_ranges(op):
+    """(indexing maps, static trip count of each loop or None) of a generic on memrefs."""
+    from mlir import ir
+
+    n_loops = len(ir.ArrayAttr(op.attributes["iterator_types"]))
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    ranges = [None] * n_loops
+    for v, m in zip(op.operands, maps):
+        if not isinstance(v.type, ir.MemRefType):
+            continue
+        shape = ir.MemRefType(v.type).shape
+        for k, expr in enumerate(m.results):
+            if isinstance(expr, ir.AffineDimExpr):
+                ranges[ir.AffineDimExpr(expr).position] = shape[k]
+    return maps, ranges
+
+
+def delinearize(linear, loops, ranges, dims) -> None:
+    """Split the index value ``linear`` over ``loops`` (loop numbers, the first varying
+    fastest) with trip counts ``ranges[loop]``; the index of each goes to ``dims[loop]``."""
+    from mlir import ir
+
+    index = ir.IndexType.get()
+    rest = linear
+    for n, d in enumerate(loops):
+        if n == len(loops) - 1:
+            dims[d] = rest
+            break
+        r = index_constant(ranges[d])
+        dims[d] = ir.Operation.create("arith.remui", [index], [rest, r]).result
+        rest = ir.Operation.create("arith.divui", [index], [rest, r]).result
+
+
+def indices(m, dims) -> list:
+    """The index values an indexing map ``m`` gives at the loop indices ``dims``."""
+    from mlir import ir
+
+    index = ir.IndexType.get()
+    out = []
+    for expr in m.results:
+        if isinstance(expr, ir.AffineDimExpr):
+            out.append(dims[ir.AffineDimExpr(expr).position])
+        elif isinstance(expr, ir.AffineConstantExpr):
+            out.append(index_constant(ir.AffineConstantExpr(expr).value))
+        else:
+            amap = ir.AffineMap.get(len(dims), 0, [expr])
+            out.append(ir.Operation.create(
+                "affine.apply", [index], dims,
+                attributes={"map": ir.AffineMapAttr.get(amap)}).result)
+    return out
+
+
+def load_inputs(block, ins, maps, dims, mapping: dict) -> None:
+    """Map the body arguments of the inputs ``ins`` (with indexing ``maps``) to their
+    elements loaded at the loop indices ``dims`` (a scalar input maps to itself)."""
+    from mlir import ir
+
+    for j, (v, m) in enumerate(zip(ins, maps)):
+        if not isinstance(v.type, ir.MemRefType):
+            mapping[block.arguments[j]] = v
+            continue
+        elt = ir.MemRefType(v.type).element_type
+        mapping[block.arguments[j]] = ir.Operation.create(
+            "memref.load", [elt], [v] + indices(m, dims)).result

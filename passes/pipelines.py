@@ -56,7 +56,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "linalg op become outlined gpu.func kernels, and the host keeps only the launch "
         "schedule",
         ("latch-wrap-host-compute", "latch-form-contraction-kernels{{mma={mma}}}",
-         "func.func(convert-linalg-to-parallel-loops)",
+         "func.func(convert-linalg-to-parallel-loops)", "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
          "func.func(gpu-map-parallel-loops)", "func.func(convert-parallel-loops-to-gpu)",
          "gpu-kernel-outlining", "lower-affine", "convert-scf-to-cf", "canonicalize"),

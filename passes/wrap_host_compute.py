@@ -24,6 +24,9 @@ the return:
   in a register, ``gpu.all_reduce add`` combines the partial sums (shuffles + shared memory
   after NVVM lowering) and thread 0 adds the total to the output.  Other reductions without
   a parallel dimension take the serial path below.
+* A row reduction (parallel and reduction loops: a softmax's row max, a norm weight's
+  gradient summed over tokens) with at least 32 elements per output becomes a cooperative
+  kernel: a warp or a whole block per output element (``passes/row_reductions.py``).
 * Maximal runs of consecutive host-compute ops are wrapped, in order, into a one-iteration
   ``scf.parallel (%i) = (0) to (1) step (1)``; ``latch-form-kernels`` turns each into a
   kernel with one working thread (a "serial kernel").  Allocations, constants and
@@ -49,7 +52,9 @@ import dataclasses
 
 from latch.errors import PassError
 from latch.passes.base import ModulePass
-from latch.passes.generic_body import clone_body_ops
+from latch.passes.generic_body import (clone_body_ops, delinearize, index_constant,
+                                       load_inputs, loop_ranges)
+from latch.passes.row_reductions import cooperative_row_reductions
 
 # ops that stay on the host as they are
 _HOST_OK = {"arith.constant", "memref.alloc", "memref.alloca", "memref.dealloc",
@@ -127,6 +132,7 @@ class WrapHostCompute(ModulePass):
             _rewrite_copies(body)
             _reductions_innermost(body)
             if self.reduce_threads > 0:
+                cooperative_row_reductions(body)
                 _parallel_full_reductions(body, self.reduce_threads)
             _wrap(body)
 
@@ -1031,19 +1037,6 @@ def _sum_reduction(op):
     return block, acc, add, summand
 
 
-def _loop_ranges(op, n_loops):
-    from mlir import ir
-
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    ranges = [None] * n_loops
-    for v, m in zip(op.operands, maps):
-        shape = ir.MemRefType(v.type).shape
-        for k, expr in enumerate(m.results):
-            if isinstance(expr, ir.AffineDimExpr):
-                ranges[ir.AffineDimExpr(expr).position] = shape[k]
-    return maps, ranges
-
-
 def _parallel_full_reductions(body, threads: int) -> None:
     from mlir import ir
 
@@ -1052,8 +1045,7 @@ def _parallel_full_reductions(body, threads: int) -> None:
         found = _sum_reduction(op)
         if found is None:
             continue
-        n_loops = len(ir.ArrayAttr(op.attributes["iterator_types"]))
-        maps, ranges = _loop_ranges(op, n_loops)
+        maps, ranges = loop_ranges(op)
         if any(r is None for r in ranges):
             continue
         _emit_block_reduction(op, found, maps, ranges, threads)
@@ -1103,13 +1095,6 @@ _ITEMS_PER_BLOCK = 16384
 _MAX_BLOCKS = 1024
 
 
-def _cidx(v):
-    from mlir import ir
-    index = ir.IndexType.get()
-    return ir.Operation.create("arith.constant", [index],
-                               attributes={"value": ir.IntegerAttr.get(index, v)}).result
-
-
 def _add_to(out, total, ftype) -> None:
     from mlir import ir
     old = ir.Operation.create("memref.load", [ftype], [out]).result
@@ -1132,9 +1117,9 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
         ftype = ir.MemRefType(op.operands[len(op.operands) - 1].type).element_type
     else:
         ftype = ir.MemRefType(ins[0].type).element_type
-    c1 = _cidx(1)
-    launch = gpu.LaunchOp((c1 if blocks == 1 else _cidx(blocks), c1, c1),
-                          (_cidx(threads), c1, c1))
+    c1 = index_constant(1)
+    launch = gpu.LaunchOp((c1 if blocks == 1 else index_constant(blocks), c1, c1),
+                          (index_constant(threads), c1, c1))
     lb = launch.regions[0].blocks[0]
     with ir.InsertionPoint(lb):
         bid, tx = lb.arguments[0], lb.arguments[3]
@@ -1142,9 +1127,9 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
                                    attributes={"value": ir.FloatAttr.get(ftype, 0.0)}).result
         start = tx
         if blocks > 1:
-            scaled = ir.Operation.create("arith.muli", [index], [bid, _cidx(threads)]).result
+            scaled = ir.Operation.create("arith.muli", [index], [bid, index_constant(threads)]).result
             start = ir.Operation.create("arith.addi", [index], [scaled, tx]).result
-        loop = scf.ForOp(start, _cidx(total_iters), _cidx(blocks * threads), [zero])
+        loop = scf.ForOp(start, index_constant(total_iters), index_constant(blocks * threads), [zero])
         with ir.InsertionPoint(loop.body):
             linear = loop.induction_variable
             partial = loop.inner_iter_args[0]
@@ -1158,7 +1143,7 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
             attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op add>"),
                         "uniform": ir.UnitAttr.get()}, regions=1).result
         is0 = ir.Operation.create(
-            "arith.cmpi", [ir.IntegerType.get_signless(1)], [tx, _cidx(0)],
+            "arith.cmpi", [ir.IntegerType.get_signless(1)], [tx, index_constant(0)],
             attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
         ).result
         if_op = scf.IfOp(is0)
@@ -1171,31 +1156,10 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
 def _body_at(block, acc, add, ins, maps, ranges, linear, partial):
     """The reduction body at the row-major linear index ``linear``, accumulating into
     ``partial``; returns the new partial sum."""
-    from mlir import ir
-
-    index = ir.IndexType.get()
     dims = [None] * len(ranges)
-    rest = linear
-    for d in range(len(ranges) - 1, -1, -1):
-        if d == 0:
-            dims[d] = rest
-            break
-        r = _cidx(ranges[d])
-        dims[d] = ir.Operation.create("arith.remui", [index], [rest, r]).result
-        rest = ir.Operation.create("arith.divui", [index], [rest, r]).result
+    delinearize(linear, list(range(len(ranges)))[::-1], ranges, dims)
     mapping = {}
-    for j, (v, m) in enumerate(zip(ins, maps)):
-        idx = []
-        for expr in m.results:
-            if isinstance(expr, ir.AffineDimExpr):
-                idx.append(dims[ir.AffineDimExpr(expr).position])
-            else:
-                amap = ir.AffineMap.get(len(ranges), 0, [expr])
-                idx.append(ir.Operation.create(
-                    "affine.apply", [index], dims,
-                    attributes={"map": ir.AffineMapAttr.get(amap)}).result)
-        elt = ir.MemRefType(v.type).element_type
-        mapping[block.arguments[j]] = ir.Operation.create("memref.load", [elt], [v] + idx).result
+    load_inputs(block, ins, maps, dims, mapping)
     mapping[acc] = partial
     clone_body_ops([_op(o) for o in block.operations][:-1], mapping, dims)
     return mapping[add.results[0]]

@@ -11,7 +11,8 @@ excludes, plus the overloads it needs), with Latch's own entries on top:
   (each output element receives the same sum) but cost O(#indices · indexed-dim) work:
   embedding backward becomes a ``[tokens, vocab]ᵀ @ [tokens, d]`` matmul.
 - ``aten.one_hot`` with an explicit ``num_classes`` → ``eq(x[..., None], arange(n))``.
-- ``aten.cumsum`` → a triangular-mask sum (torch-mlir lowers it to ``tm_tensor.scan``).
+- ``aten.cumsum`` → a log-step scan of shifted adds (torch-mlir lowers it to
+  ``tm_tensor.scan``).
 - ``aten.topk`` → ``k`` rounds of ``max``/``argmax`` + masking (torch-mlir lowers ``topk``
   to ``tm_tensor.topk``).  Only used for small ``k`` (≤ 8); ties resolve to the lowest
   index, as PyTorch's CPU kernel does.
@@ -158,7 +159,10 @@ def _topk(self, k, dim=-1, largest=True, sorted=True):
 
 
 def _cumsum(self, dim, dtype=None):
-    """``cumsum`` as a masked sum with a triangular mask (O(S²) along ``dim``)."""
+    """``cumsum`` as a log-step (Hillis–Steele) scan: ``ceil(log2 S)`` rounds of
+    ``x[i] += x[i - 2^r]`` along ``dim``, i.e. O(S log S) elementwise work in a few dozen
+    small kernels instead of a sequential loop (or the O(S²) triangular-mask product).
+    Integer sums are exact; floating-point ones are summed in a tree order."""
     if self.dim() == 0:
         return NotImplemented
     x = self if dtype is None else self.to(dtype)
@@ -166,14 +170,12 @@ def _cumsum(self, dim, dtype=None):
         x = x.to(torch.int64)              # torch promotes integer cumsum to int64
     dim = dim % x.dim()
     S = x.shape[dim]
-    ar = _arange_like_dim(S, x.device)
-    tri = ar.unsqueeze(1) >= ar.unsqueeze(0)                              # [S(out), S(in)]
-    xm = x.movedim(dim, -1)                                               # [..., S]
-    if x.dtype.is_floating_point:
-        out = torch.matmul(xm, tri.to(x.dtype).t())
-    else:
-        out = (xm.unsqueeze(-2) * tri.to(x.dtype)).sum(-1)
-    return out.movedim(-1, dim)
+    shift = 1
+    while shift < S:
+        pad = x.new_zeros(x.shape[:dim] + (shift,) + x.shape[dim + 1:])
+        x = x + torch.cat([pad, x.narrow(dim, 0, S - shift)], dim)
+        shift *= 2
+    return x
 
 
 LATCH_DECOMPOSITIONS = {

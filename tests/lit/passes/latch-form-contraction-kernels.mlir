@@ -77,3 +77,38 @@ func.func @not_plain(%x: memref<8x8xf32>, %w: memref<8x8xf32>, %y: memref<8x8xf3
   }
   return
 }
+
+// -----
+// A one-hot dispatch (the dense form of index_add: out[j, c] += [slot[i] == j] * x[i, c]):
+// the mask factor's tile is staged first, and a k-tile whose mask is all zero is skipped
+// (no loads of the other factor, no FMAs) — bar.red.or publishes the tile and ORs the
+// threads' "saw a one" flags in one barrier.
+#d_hit = affine_map<(d0, d1, d2) -> (d2, d0)>
+#d_val = affine_map<(d0, d1, d2) -> (d2, d1)>
+#d_out = affine_map<(d0, d1, d2) -> (d0, d1)>
+// CHECK-LABEL: func.func @dispatch(
+// CHECK: gpu.func @contract(
+// CHECK: scf.for
+// CHECK: memref.load %{{.*}} : memref<100x70xi8>
+// CHECK: arith.uitofp
+// CHECK: arith.cmpf une
+// CHECK: %[[ANY:.*]] = nvvm.barrier #nvvm.reduction<or>
+// CHECK: %[[TAKE:.*]] = arith.cmpi ne, %[[ANY]]
+// CHECK: scf.if %[[TAKE]]
+// CHECK: memref.load %{{.*}} : memref<100x48xf32>
+// CHECK: math.fma
+// CHECK: } else {
+// CHECK-NEXT: scf.yield %{{.*}}
+// PTX: bar.red.or.pred
+func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
+  linalg.generic {indexing_maps = [#d_hit, #d_val, #d_out], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%hit8, %v : memref<100x70xi8>, memref<100x48xf32>) outs(%o : memref<70x48xf32>) {
+  ^bb0(%h8: i8, %x: f32, %acc: f32):
+    %h = arith.trunci %h8 : i8 to i1
+    %f = arith.uitofp %h : i1 to f32
+    %p = arith.mulf %f, %x : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}

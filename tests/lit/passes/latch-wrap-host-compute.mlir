@@ -386,15 +386,77 @@ func.func @big_sum(%x: memref<65536xf32>, %out: memref<f32>) {
 }
 
 // -----
-// Parallel loops are reversed so that threadIdx.x walks the unit-stride dimension: a copy
-// of a 4x256 buffer takes 256/32 = 8 blocks along x and 4/8 -> 1 along y.
+// Parallel loops are reversed so that the unit-stride dimension varies fastest; the
+// flattened 4x256 iteration space takes 4 blocks of 256 threads, and thread i of the launch
+// copies element [i / 256, i % 256] (consecutive threads, consecutive addresses).
 // CHECK-LABEL: func.func @coalesced_copy(
 // CHECK: linalg.generic
 // KERNELS-LABEL: func.func @coalesced_copy(
-// KERNELS-DAG: %[[C8:.*]] = arith.constant 8 : index
+// KERNELS-DAG: %[[C4:.*]] = arith.constant 4 : index
 // KERNELS-DAG: %[[C1:.*]] = arith.constant 1 : index
-// KERNELS: gpu.launch_func @{{.*}} blocks in (%[[C8]], %[[C1]], %[[C1]])
+// KERNELS-DAG: %[[C256:.*]] = arith.constant 256 : index
+// KERNELS: gpu.launch_func @{{.*}} blocks in (%[[C4]], %[[C1]], %[[C1]]) threads in (%[[C256]], %[[C1]], %[[C1]])
+// KERNELS: gpu.func @coalesced_copy_kernel(
+// KERNELS: %[[I:.*]] = arith.addi
+// KERNELS-DAG: %[[COL:.*]] = arith.remui %[[I]], %{{.*}}
+// KERNELS-DAG: %[[ROW:.*]] = arith.divui %[[I]], %{{.*}}
+// KERNELS: memref.load %{{.*}}[%[[ROW]], %[[COL]]]
 func.func @coalesced_copy(%a: memref<4x256xf32>, %b: memref<4x256xf32>) {
   memref.copy %a, %b : memref<4x256xf32> to memref<4x256xf32>
+  return
+}
+
+// -----
+// Row reductions get a group of threads per output element: a warp for short rows
+// (butterfly of shuffles), a whole block for long ones (gpu.all_reduce); the partial
+// results live in registers, and lane 0 combines the total with the output's initial value.
+#rr_in = affine_map<(d0, d1) -> (d0, d1)>
+#rr_row = affine_map<(d0, d1) -> (d0)>
+#rr_col = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @row_max(
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c64, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// CHECK: %[[P:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %cst) -> (f32)
+// CHECK: arith.maximumf
+// CHECK: gpu.all_reduce maximumf %[[P]] uniform
+// CHECK: scf.if
+// CHECK: memref.load %arg1
+// CHECK: arith.maximumf
+// CHECK: memref.store
+// CHECK-NOT: linalg.generic
+// CHECK-LABEL: func.func @col_sum_of_squares(
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c4, {{.*}}) threads({{.*}}) in ({{.*}} = %c32, {{.*}} = %c8,
+// CHECK: scf.if
+// CHECK: scf.for
+// CHECK: memref.load %arg0[%{{.*}}, %[[COL:.*]]] : memref<100x30xf32>
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: memref.store %{{.*}}, %arg1[%[[COL]]]
+// CHECK-LABEL: func.func @short_rows(
+// CHECK: linalg.generic
+func.func @row_max(%x: memref<64x4096xf32>, %m: memref<64xf32>) {
+  linalg.generic {indexing_maps = [#rr_in, #rr_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<64x4096xf32>) outs(%m : memref<64xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.maximumf %a, %acc : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+func.func @col_sum_of_squares(%x: memref<100x30xf32>, %s: memref<30xf32>) {
+  linalg.generic {indexing_maps = [#rr_in, #rr_col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<100x30xf32>) outs(%s : memref<30xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %e = arith.mulf %a, %a : f32
+    %r = arith.addf %acc, %e : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+func.func @short_rows(%x: memref<64x16xf32>, %m: memref<64xf32>) {
+  linalg.generic {indexing_maps = [#rr_in, #rr_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<64x16xf32>) outs(%m : memref<64xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  }
   return
 }

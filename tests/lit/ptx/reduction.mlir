@@ -1,15 +1,17 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | FileCheck %s
-// A row-sum: the parallel dimension maps to threads, the reduction stays a loop in the kernel.
+// A row-sum: one warp per row; each lane sums a strided part of the row in a register, five
+// butterfly shuffles add the lanes, lane 0 adds the total to the output.
 
 // CHECK-LABEL: gpu.binary "row_sum_kernel
 // CHECK: .visible .entry row_sum_kernel(
 // CHECK-LABEL: gpu.binary "row_sum_kernel_0"
 // CHECK: .visible .entry row_sum_kernel(
 // CHECK: ld.global.b32
+// CHECK: add.rn.f32
+// CHECK-COUNT-5: shfl.sync.bfly.b32
 // CHECK: ld.global.b32
 // CHECK: add.rn.f32
 // CHECK: st.global.b32
-// CHECK: setp.lt.s64
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 func.func @row_sum(%a: tensor<128x96xf32>) -> tensor<128xf32> {
