@@ -239,18 +239,108 @@ def match_contraction(op) -> Contraction | None:
         for v in s.captured:
             if isinstance(v.type, ir.MemRefType) and all(v != w for w in captured):
                 captured.append(v)
-    indicator = next((i for i, s in enumerate(sides) if _is_indicator(s.value)), None)
+    indicator = next((i for i, s in enumerate(sides)
+                      if _is_indicator(s.value, op, values[:-1])), None)
     return Contraction(op, values[:-1], c, maps, sizes, groups, sides, mma, captured,
                        indicator)
 
 
-def _is_indicator(value) -> bool:
-    """A factor that is an i1 converted to f32: the one-hot masks of the dense
-    scatter/index_put formulations (latch.frontend.decompositions)."""
+def _is_indicator(value, op, inputs) -> bool:
+    """A factor that is a 0/1 mask: an i1 converted to f32, computed in the body or loaded
+    from a buffer that the last writer before ``op`` filled with such values (the one-hot
+    masks of the dense scatter/index_put formulations in latch.frontend.decompositions)."""
+    from mlir import ir
+
     if hasattr(value.owner, "arguments"):
-        return False
+        if value.owner != op.regions[0].blocks[0]:
+            return False
+        i = ir.BlockArgument(value).arg_number
+        if i >= len(inputs):
+            return False
+        writer = _last_writer(inputs[i], op)
+        if writer is None:
+            return False
+        block = writer.regions[0].blocks[0]
+        yielded = _op(list(block.operations)[-1]).operands[0]
+        return not hasattr(yielded.owner, "arguments") and _is_mask_value(yielded)
+    return _is_mask_value(value)
+
+
+def _is_mask_value(value) -> bool:
     o = _op(value.owner)
     return o.name in ("arith.uitofp", "arith.sitofp") and str(o.operands[0].type) == "i1"
+
+
+_VIEW_OPS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
+             "memref.reinterpret_cast", "memref.view", "memref.reshape")
+
+
+def _root(v):
+    while not hasattr(v.owner, "arguments") and _op(v.owner).name in _VIEW_OPS:
+        v = _op(v.owner).operands[0]
+    return v
+
+
+def _last_writer(buffer, op):
+    """The all-parallel ``linalg.generic`` that last wrote the whole allocation ``buffer``
+    views, before ``op`` in the same block; None if another op may have written it since
+    (or if that is not known)."""
+    from mlir import ir
+
+    root = _root(buffer)
+    if hasattr(root.owner, "arguments") or not ir.MemRefType(root.type).has_static_shape:
+        return None                                  # a function argument
+    ops = [_op(o) for o in op.operation.block.operations]
+    here = next(i for i, o in enumerate(ops) if o == op)
+    for prev in reversed(ops[:here]):
+        if prev.name == "linalg.generic":
+            seg = list(ir.DenseI32ArrayAttr(prev.attributes["operandSegmentSizes"]))
+            outs = list(prev.operands)[seg[0]:]
+            if not any(_root(o) == root for o in outs):
+                continue
+            its = [str(a) for a in ir.ArrayAttr(prev.attributes["iterator_types"])]
+            out_map = ir.AffineMapAttr(
+                list(ir.ArrayAttr(prev.attributes["indexing_maps"]))[-1]).value
+            bijective = out_map.is_permutation
+            whole = _numel(outs[-1].type) == _numel(root.type) if len(outs) == 1 else False
+            if whole and bijective and all("parallel" in t for t in its):
+                return prev
+            return None
+        if _may_write(prev, root):
+            return None
+    return None
+
+
+def _numel(t) -> int:
+    from mlir import ir
+
+    n = 1
+    for x in ir.MemRefType(t).shape:
+        n *= x
+    return n
+
+
+def _may_write(op, root) -> bool:
+    """Whether ``op`` (or anything nested in it) may write the allocation ``root``."""
+    from mlir import ir
+
+    if op.name in _VIEW_OPS or op.name in ("memref.alloc", "memref.dealloc", "memref.load",
+                                           "memref.get_global") or \
+            op.name.startswith(("arith.", "math.", "index.", "gpu.")) and not op.regions:
+        return False
+    if op.name == "memref.store":
+        return _root(op.operands[1]) == root
+    if op.name == "memref.copy":
+        return _root(op.operands[1]) == root
+    if op.name == "linalg.generic":
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        return any(_root(o) == root for o in list(op.operands)[seg[0]:])
+    if op.name in ("scf.yield", "scf.reduce", "linalg.yield", "func.return"):
+        return False
+    if any(isinstance(v.type, ir.MemRefType) and _root(v) == root for v in op.operands):
+        return True                       # e.g. a named linalg op or a call taking it
+    return any(_may_write(_op(inner), root) for region in op.regions
+               for blk in region.blocks for inner in blk.operations)
 
 
 # ---------------------------------------------------------------------------------------
@@ -306,10 +396,12 @@ class _Kernel:
     """Index math shared by both kernels: flattened groups -> memref indices."""
 
     def __init__(self, con: Contraction, t: _Text, tiles: tuple[int, int, int],
-                 narrow: bool):
+                 narrow: bool, splits: int = 1):
         self.con, self.t = con, t
         self.m_tile, self.n_tile, self.k_tile = tiles
         self.narrow = narrow       # factors as bf16 (tensor-core kernel) or f32
+        self.splits = splits       # split-K: blocks per output tile, each a slice of k
+        self.slice = None          # this block's slice number (a value), when splits > 1
 
     def split(self, group: str, flat: str) -> dict:
         """Loop dim -> value, delinearizing ``flat`` over the group's dims."""
@@ -378,8 +470,17 @@ class _Kernel:
         return x
 
 
-def _signature(con: Contraction, workgroup: str, threads: int) -> str:
-    args = [f"%I{i}: {v.type}" for i, v in enumerate(con.inputs)] + [f"%C: {con.c.type}"]
+def workspace_type(con: Contraction, splits: int) -> str:
+    """The split-K partial sums: one f32 buffer of the output's shape per k slice."""
+    from mlir import ir
+
+    shape = "x".join(str(d) for d in [splits] + list(ir.MemRefType(con.c.type).shape))
+    return f"memref<{shape}xf32>"
+
+
+def _signature(con: Contraction, workgroup: str, threads: int, splits: int = 1) -> str:
+    c_type = con.c.type if splits == 1 else workspace_type(con, splits)
+    args = [f"%I{i}: {v.type}" for i, v in enumerate(con.inputs)] + [f"%C: {c_type}"]
     args += [f"%X{i}: {v.type}" for i, v in enumerate(con.captured)]
     return (f"gpu.func @{KERNEL}({', '.join(args)}) "
             f"workgroup({workgroup}) kernel attributes "
@@ -387,7 +488,8 @@ def _signature(con: Contraction, workgroup: str, threads: int) -> str:
 
 
 def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
-    """C[batch, row, col] += value for each (row, col, value), guarded at tile edges."""
+    """C[batch, row, col] += value for each (row, col, value), guarded at tile edges (with
+    split-K: W[slice, batch, row, col] = value, the workspace of partial sums)."""
     con = k.con
     m, n = con.size("m"), con.size("n")
     for row, col, value in cells:
@@ -405,9 +507,13 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
         dims.update(k.split("m", row))
         dims.update(k.split("n", col))
         idx = k.indices(-1, dims)
-        old = t.emit(f"memref.load %C[{idx}] : {con.c.type}")
-        new = t.emit(f"arith.addf {old}, {value} : f32")
-        t.line(f"memref.store {new}, %C[{idx}] : {con.c.type}")
+        if k.splits > 1:
+            w_type = workspace_type(con, k.splits)
+            t.line(f"memref.store {value}, %C[{k.slice}, {idx}] : {w_type}")
+        else:
+            old = t.emit(f"memref.load %C[{idx}] : {con.c.type}")
+            new = t.emit(f"arith.addf {old}, {value} : f32")
+            t.line(f"memref.store {new}, %C[{idx}] : {con.c.type}")
         if cond is not None:
             t.line("}")
 
@@ -419,22 +525,31 @@ def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
     bz = t.emit("gpu.block_id z")
     m0 = t.mul(by, m_tile)
     n0 = t.mul(bx, n_tile)
+    if k.splits > 1:                    # grid z = batch x slices
+        k.slice = t.arith("remui", bz, k.splits)
+        bz = t.arith("divui", bz, k.splits)
     batch = k.split("batch", bz) if con.groups["batch"] else {}
     return tid, m0, n0, batch
 
 
-def _for_k_tiles(t: _Text, n_tiles: int, n_acc: int, zero: str):
+def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str):
+    """Open the loop over this block's k-tiles (all of them, or its split-K slice)."""
     kt = t.fresh()
     accs = [t.fresh() for _ in range(n_acc)]
     results = t.fresh()
     args = ", ".join(f"{a} = {zero}" for a in accs)
     types = ", ".join(["f32"] * n_acc)
-    t.line(f"{results}:{n_acc} = scf.for {kt} = {t.const(0)} to {t.const(n_tiles)} "
+    lo, hi = t.const(0), t.const(n_tiles)
+    if k.splits > 1:
+        per = -(-n_tiles // k.splits)
+        lo = t.mul(k.slice, per)
+        hi = t.arith("minui", t.add(lo, per), n_tiles)
+    t.line(f"{results}:{n_acc} = scf.for {kt} = {lo} to {hi} "
            f"step {t.const(1)} iter_args({args}) -> ({types}) {{")
     return kt, accs, results
 
 
-def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
+def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple]:
     """(gpu.module text, grid, block) of the tensor-core kernel."""
     BM, BN, BK, THREADS = 128, 128, 32, 256
     WM, WN = 64, 32                   # warp tile: 2 x 4 warps
@@ -442,7 +557,7 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     KP = BK // 2                      # bf16 pairs per k-tile row
     PAD = KP + 4                      # row stride in i32 (conflict-free fragment loads)
     t = _Text()
-    k = _Kernel(con, t, (BM, BN, BK), narrow=True)
+    k = _Kernel(con, t, (BM, BN, BK), narrow=True, splits=splits)
     M, N, K = con.size("m"), con.size("n"), con.size("k")
     tid, m0, n0, batch = _begin(t, con, k, BM, BN)
     warp = t.arith("divui", tid, 32)
@@ -453,34 +568,50 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     tq = t.arith("remui", lane, 4)
     zero = t.const(0.0, "f32")
     n_acc = MT * NT * 4
-    kt, accs, results = _for_k_tiles(t, -(-K // BK), n_acc, zero)
-    k0 = t.mul(kt, BK)
     i16, i32 = "i16", "i32"
-    for which, (tile, smem, row0, row_group) in enumerate(
-            ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
-        k_contig = k.contiguous_group(which) == "k"
-        per_thread = tile * KP // THREADS
-        for i in range(per_thread):
-            if k_contig:     # consecutive threads walk k pairs
-                r = t.add(t.arith("divui", tid, KP), i * THREADS // KP)
-                kp = t.arith("remui", tid, KP)
-            else:            # consecutive threads walk rows
-                r = t.arith("remui", tid, tile) if tile < THREADS else tid
-                kp = t.add(t.arith("divui", tid, tile), i * THREADS // tile)
-            grow = t.add(row0, r)
-            gk = t.add(k0, t.mul(kp, 2))
-            gk1 = t.add(gk, 1)
-            lo = k.load(which, batch, row_group, grow, gk)
-            hi = k.load(which, batch, row_group, grow, gk1)
-            lo = t.emit(f"arith.extui {t.emit(f'arith.bitcast {lo} : bf16 to {i16}')} "
-                        f": {i16} to {i32}")
-            hi = t.emit(f"arith.extui {t.emit(f'arith.bitcast {hi} : bf16 to {i16}')} "
-                        f": {i16} to {i32}")
-            hi = t.emit(f"arith.shli {hi}, {t.const(16, i32)} : {i32}")
-            packed = t.emit(f"arith.ori {lo}, {hi} : {i32}")
+
+    def load_tile(k0: str) -> list:
+        """Issue the global loads of both operands' k-tile at ``k0`` (packed bf16 pairs in
+        registers); returns the (shared buffer, row, pair column, value) to store."""
+        out = []
+        for which, (tile, smem, row0, row_group) in enumerate(
+                ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
+            k_contig = k.contiguous_group(which) == "k"
+            for i in range(tile * KP // THREADS):
+                if k_contig:     # consecutive threads walk k pairs
+                    r = t.add(t.arith("divui", tid, KP), i * THREADS // KP)
+                    kp = t.arith("remui", tid, KP)
+                else:            # consecutive threads walk rows
+                    r = t.arith("remui", tid, tile) if tile < THREADS else tid
+                    kp = t.add(t.arith("divui", tid, tile), i * THREADS // tile)
+                grow = t.add(row0, r)
+                gk = t.add(k0, t.mul(kp, 2))
+                lo = k.load(which, batch, row_group, grow, gk)
+                hi = k.load(which, batch, row_group, grow, t.add(gk, 1))
+                lo = t.emit(f"arith.extui {t.emit(f'arith.bitcast {lo} : bf16 to {i16}')} "
+                            f": {i16} to {i32}")
+                hi = t.emit(f"arith.extui {t.emit(f'arith.bitcast {hi} : bf16 to {i16}')} "
+                            f": {i16} to {i32}")
+                hi = t.emit(f"arith.shli {hi}, {t.const(16, i32)} : {i32}")
+                out.append((smem, tile, r, kp, t.emit(f"arith.ori {lo}, {hi} : {i32}")))
+        return out
+
+    def store_tile(values) -> None:
+        for smem, tile, r, kp, packed in values:
             t.line(f"memref.store {packed}, {smem}[{r}, {kp}] : "
                    f"memref<{tile}x{PAD}xi32, {_WG}>")
+
+    # software pipeline: the k-tile after the current one is loaded into registers before
+    # the current one's mma.sync work, so the global loads' latency overlaps the math
+    k_tiles = -(-K // BK)
+    first = t.const(0)
+    if k.splits > 1:             # this slice's first k-tile (clamped: a slice may be empty)
+        first = t.arith("minui", t.mul(k.slice, -(-k_tiles // k.splits)), k_tiles - 1)
+    store_tile(load_tile(t.mul(first, BK)))
     t.line("gpu.barrier")
+    kt, accs, results = _for_k_tiles(t, k, k_tiles, n_acc, zero)
+    ahead = t.arith("minui", t.add(kt, 1), k_tiles - 1)     # past the end: a harmless reload
+    upcoming = load_tile(t.mul(ahead, BK))
     cur = list(accs)
     for s in range(BK // 16):
         afr = []
@@ -517,6 +648,8 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
                     cur[base + r] = t.emit(
                         f"llvm.extractvalue {d}[{r}] : !llvm.struct<(f32, f32, f32, f32)>")
     t.line("gpu.barrier")
+    store_tile(upcoming)
+    t.line("gpu.barrier")
     t.line(f"scf.yield {', '.join(cur)} : {', '.join(['f32'] * n_acc)}")
     t.line("}")
     cells = []
@@ -529,22 +662,22 @@ def mma_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     _epilogue(k, t, batch, cells)
     workgroup = (f"%As : memref<{BM}x{PAD}xi32, {_WG}>, "
                  f"%Bs : memref<{BN}x{PAD}xi32, {_WG}>")
-    text = _module(name, _signature(con, workgroup, THREADS), t)
-    grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")))
+    text = _module(name, _signature(con, workgroup, THREADS, splits), t)
+    grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")) * splits)
     return text, grid, (THREADS, 1, 1)
 
 
-def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
+def simt_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple]:
     """(gpu.module text, grid, block) of the f32 SIMT kernel."""
     BM, BN, BK, THREADS, R = 64, 64, 16, 256, 4
     t = _Text()
-    k = _Kernel(con, t, (BM, BN, BK), narrow=False)
+    k = _Kernel(con, t, (BM, BN, BK), narrow=False, splits=splits)
     M, N, K = con.size("m"), con.size("n"), con.size("k")
     tid, m0, n0, batch = _begin(t, con, k, BM, BN)
     tx = t.arith("remui", tid, 16)
     ty = t.arith("divui", tid, 16)
     zero = t.const(0.0, "f32")
-    kt, accs, results = _for_k_tiles(t, -(-K // BK), R * R, zero)
+    kt, accs, results = _for_k_tiles(t, k, -(-K // BK), R * R, zero)
     k0 = t.mul(kt, BK)
     tiles = ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))
     mask = con.indicator
@@ -589,8 +722,8 @@ def simt_kernel_text(con: Contraction, name: str) -> tuple[str, tuple, tuple]:
     _epilogue(k, t, batch, cells)
     workgroup = (f"%As : memref<{BK}x{BM}xf32, {_WG}>, "
                  f"%Bs : memref<{BK}x{BN}xf32, {_WG}>")
-    text = _module(name, _signature(con, workgroup, THREADS), t)
-    grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")))
+    text = _module(name, _signature(con, workgroup, THREADS, splits), t)
+    grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")) * splits)
     return text, grid, (THREADS, 1, 1)
 
 
@@ -654,6 +787,7 @@ class FormContractionKernels(ModulePass):
         taken = {ir.StringAttr(_op(o).attributes["sym_name"]).value
                  for o in top.operations if "sym_name" in _op(o).attributes}
         counter = 0
+        planned = []
         for con in found:
             while f"latch_contract_{counter}" in taken:
                 counter += 1
@@ -661,20 +795,110 @@ class FormContractionKernels(ModulePass):
             taken.add(name)
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
             text, grid, block = make(con, name)
+            splits = split_factor(grid, -(-con.size("k") // _K_TILE[make]))
+            if splits > 1:
+                text, grid, block = make(con, name, splits)
+            planned.append((con, name, text, grid, block, splits))
+        workspaces = _split_k_workspaces(planned)
+        index = ir.IndexType.get()
+        for con, name, text, grid, block, splits in planned:
             parsed = ir.Module.parse(text)
             kernel_module = _op(parsed.body.operations[0])
             ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
             _expand_factors(kernel_module, con, text.count(f'"{_PLACEHOLDER}"'))
-            index = ir.IndexType.get()
             with ir.InsertionPoint(con.op), con.op.location:
                 def c(v):
                     return ir.Operation.create(
                         "arith.constant", [index],
                         attributes={"value": ir.IntegerAttr.get(index, v)}).result
+                out = con.c
+                if splits > 1:     # this contraction's view of its function's workspace
+                    out = ir.Operation.create(
+                        "memref.view", [ir.Type.parse(workspace_type(con, splits))],
+                        [workspaces[_block_key(con.op)], c(0)]).result
                 gpu.LaunchFuncOp([name, KERNEL], tuple(c(v) for v in grid),
                                  tuple(c(v) for v in block),
-                                 list(con.inputs) + [con.c] + list(con.captured))
+                                 list(con.inputs) + [out] + list(con.captured))
+                if splits > 1:
+                    _add_partial_sums(out, con.c)
             con.op.erase()
+
+
+def _block_key(op) -> int:
+    """Identity of the block holding ``op`` (its function body)."""
+    return hash(op.operation.block) if hasattr(op, "operation") else hash(op.block)
+
+
+def _split_k_workspaces(planned) -> dict:
+    """One workspace per function for all its split-K partial sums: launches run in stream
+    order and each partial-sum kernel consumes the workspace right after its contraction,
+    so the largest need is enough.  An i8 allocation at the top of the function body (an
+    unshared slot after the planned arena); each contraction takes a ``memref.view`` of it."""
+    from mlir import ir
+
+    need: dict = {}
+    blocks: dict = {}
+    for con, _name, _text, _grid, _block, splits in planned:
+        if splits > 1:
+            key = _block_key(con.op)
+            size = 4 * splits
+            for d in ir.MemRefType(con.c.type).shape:
+                size *= d
+            need[key] = max(need.get(key, 0), size)
+            blocks[key] = con.op.operation.block
+    out = {}
+    for key, size in need.items():
+        block = blocks[key]
+        first = _op(list(block.operations)[0])
+        with ir.InsertionPoint(first), first.location:
+            out[key] = ir.Operation.create(
+                "memref.alloc", [ir.Type.parse(f"memref<{size}xi8>")], operands=[],
+                attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+    return out
+
+
+# k-tile depth of each kernel (split-K slices whole k-tiles)
+_K_TILE = {mma_kernel_text: 32, simt_kernel_text: 16}
+_WAVE_BLOCKS = 528         # blocks that fill the H200 a few times over (132 SMs x 4)
+_MAX_SPLITS = 16
+_MIN_TILES_PER_SLICE = 4
+
+
+def split_factor(grid, k_tiles: int) -> int:
+    """How many k slices to give each output tile (split-K): when the output tiles alone
+    cannot fill the GPU (a weight gradient: a small output, a long reduction over tokens),
+    enough slices to reach about ``_WAVE_BLOCKS`` blocks, each keeping at least
+    ``_MIN_TILES_PER_SLICE`` k-tiles; 1 otherwise."""
+    tiles = grid[0] * grid[1] * grid[2]
+    return max(1, min(_MAX_SPLITS, _WAVE_BLOCKS // tiles, k_tiles // _MIN_TILES_PER_SLICE))
+
+
+def _add_partial_sums(workspace, c) -> None:
+    """``c[i] += sum_s workspace[s, i]`` as a linalg.generic (slices summed in order:
+    deterministic), its loops ordered innermost dimension first as
+    latch-wrap-host-compute orders every other generic (coalesced once mapped)."""
+    from mlir import ir
+
+    rank = ir.MemRefType(c.type).rank
+    n = rank + 1
+    dims = [ir.AffineDimExpr.get(d) for d in range(n)]
+    out_res = [dims[rank - 1 - j] for j in range(rank)]      # loop 0 = innermost dim
+    maps = [ir.AffineMap.get(n, 0, [dims[rank]] + out_res), ir.AffineMap.get(n, 0, out_res)]
+    its = ["parallel"] * rank + ["reduction"]
+    f32 = ir.F32Type.get()
+    generic = ir.Operation.create(
+        "linalg.generic", [], [workspace, c],
+        attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                    "iterator_types": ir.ArrayAttr.get(
+                        [ir.Attribute.parse(f"#linalg.iterator_type<{x}>") for x in its]),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1]),
+                    "latch.loops_ordered": ir.UnitAttr.get()},
+        regions=1)
+    body = generic.regions[0].blocks.append(f32, f32)
+    with ir.InsertionPoint(body):
+        total = ir.Operation.create("arith.addf", [f32], [body.arguments[1],
+                                                          body.arguments[0]]).result
+        ir.Operation.create("linalg.yield", [], [total])
 
 
 def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
@@ -690,11 +914,11 @@ def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
     captured = list(entry.arguments)[n_in + 1:]
     block = con.op.regions[0].blocks[0]
     index = ir.IndexType.get()
-    # the kernels emit every factor load in the body of the k-tile loop, a top-level scf.for
-    # of the kernel, or in the scf.if there that skips all-zero mask tiles: searching those
-    # blocks (not the whole kernel) keeps this linear
+    # the kernels emit every factor load in the kernel's entry block (a pipeline prologue),
+    # in the body of the k-tile loop (a top-level scf.for) or in the scf.if there that skips
+    # all-zero mask tiles: searching those blocks (not the whole kernel) keeps this linear
     loops = [_op(o) for o in entry.operations if _op(o).name == "scf.for"]
-    blocks = [loop.regions[0].blocks[0] for loop in loops]
+    blocks = [entry] + [loop.regions[0].blocks[0] for loop in loops]
     blocks += [_op(o).regions[0].blocks[0] for b in list(blocks) for o in b.operations
                if _op(o).name == "scf.if"]
     placeholders = [_op(o) for b in blocks for o in b.operations

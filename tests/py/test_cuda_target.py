@@ -74,7 +74,7 @@ def _entry(module):
 def test_host_function_holds_only_launches_after_form_kernels(sgd_compiled):
     host_ops, schedule, _ = sgd_compiled
     assert set(host_ops) <= _HOST_OK, sorted(set(host_ops) - _HOST_OK)
-    assert host_ops.count("gpu.launch_func") == len(schedule["launches"]) == 11
+    assert host_ops.count("gpu.launch_func") == len(schedule["launches"]) == 12
 
 
 def test_schedule_of_sgd_update(sgd_compiled):
@@ -87,10 +87,10 @@ def test_schedule_of_sgd_update(sgd_compiled):
     assert [(o["shape"], o["dtype"], o["bytes"]) for o in s["outputs"]] == [([], "f32", 4)]
     assert s["arena_bytes"] >= s["planned_arena_bytes"] > 0
     assert s["arena_bytes"] % s["alignment"] == 0
-    # the first kernel fills the residual buffer [256, 16]: (index consts..., 0.0 : f32,
-    # arena slot 0); its unit-stride dimension (16) maps to threadIdx.x, the rows to y
+    # the first kernel fills the residual buffer [256, 16]: (0.0 : f32, arena slot 0); its
+    # 4096 elements are flattened over 16 blocks of 256 threads
     first = s["launches"][0]
-    assert first["grid"] == [1, 32, 1] and first["block"] == [32, 8, 1]
+    assert first["grid"] == [16, 1, 1] and first["block"] == [256, 1, 1]
     assert first["shared_bytes"] == 0
     assert first["args"][-2:] == [{"const": 0.0, "type": "f32"}, {"arena": 0, "type": "ptr"}]
     # the loss is written straight into output 0; the forward reads input 0 and state 0
@@ -112,6 +112,10 @@ def test_schedule_of_sgd_update(sgd_compiled):
     single = [launch for launch in s["launches"] if launch["grid"] == [1, 1, 1]]
     assert [launch["block"] for launch in single] == [[32, 1, 1], [256, 1, 1], [256, 1, 1],
                                                       [32, 1, 1], [32, 1, 1]]
+    # the weight gradient [64, 16] sums over 256 rows: 4 output tiles cannot fill the GPU, so
+    # it is split along k into 4 slices (grid z) whose partial sums a kernel then adds up
+    contractions = [la for la in s["launches"] if la["module"].startswith("latch_contract")]
+    assert [la["grid"] for la in contractions] == [[1, 4, 1], [1, 16, 4]]
 
 
 def test_ptx_parameters_match_schedule_arguments(sgd_compiled):
@@ -295,7 +299,7 @@ def test_manifest_is_plain_json(tmp_path):
 def test_full_reductions_become_block_reductions(sgd_compiled):
     _, s, ptx = sgd_compiled
     blocks = [launch for launch in s["launches"] if launch["block"] == [256, 1, 1]
-              and not launch["module"].startswith("latch_contract")]
+              and launch["grid"] == [1, 1, 1]]
     assert len(blocks) == 2
     for launch in blocks:
         text = ptx[launch["module"]]
@@ -315,8 +319,9 @@ def test_wrap_pass_without_block_reductions_is_all_serial():
         run_pipeline(m, "builtin.module(latch-lower-rules, latch-bufferize, "
                         "latch-wrap-host-compute{reduce-threads=0}, latch-form-kernels)")
         s = extract_launch_schedule(m.operation)
-    assert len(s["launches"]) == 9
-    assert sum(launch["block"] == [32, 1, 1] for launch in s["launches"]) == 3
+    assert len(s["launches"]) == 10       # 9 + the split-K partial sums of the gradient
+    serial = [launch for launch in s["launches"] if launch["grid"] == [1, 1, 1]]
+    assert [launch["block"] for launch in serial] == [[32, 1, 1]] * 3
 
 
 def test_materialized_arena_maps_to_the_same_offsets():

@@ -112,3 +112,108 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
   }
   return
 }
+
+// -----
+// The mask may also come from a buffer: here a [tokens, slots] one-hot matrix materialized
+// (through a reshape) by an all-parallel generic that yields uitofp(i1) — the last write
+// of that buffer before the contraction — so the k-tiles are still skipped.  In @rewritten
+// the buffer is overwritten after the mask generic, so nothing is known and the kernel is
+// the plain one.
+#c_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
+#c_val = affine_map<(d0, d1, d2) -> (d2, d1)>
+#c_out = affine_map<(d0, d1, d2) -> (d0, d1)>
+#c_id = affine_map<(d0, d1) -> (d0, d1)>
+#c_col = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @combine(
+// CHECK: gpu.func @contract(
+// CHECK: nvvm.barrier #nvvm.reduction<or>
+func.func @combine(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
+  %h = memref.alloc() : memref<7000xf32>
+  %h2 = memref.expand_shape %h [[0, 1]] output_shape [70, 100] : memref<7000xf32> into memref<70x100xf32>
+  linalg.generic {indexing_maps = [#c_col, #c_id], iterator_types = ["parallel", "parallel"]}
+      ins(%tok : memref<100xi64>) outs(%h2 : memref<70x100xf32>) {
+  ^bb0(%t: i64, %x: f32):
+    %r = linalg.index 0 : index
+    %ri = arith.index_cast %r : index to i64
+    %c = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %c : i1 to f32
+    linalg.yield %f : f32
+  }
+  linalg.generic {indexing_maps = [#c_hit, #c_val, #c_out], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%h2, %v : memref<70x100xf32>, memref<100x48xf32>) outs(%o : memref<70x48xf32>) {
+  ^bb0(%p: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %p, %x : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+#c_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
+#c_val = affine_map<(d0, d1, d2) -> (d2, d1)>
+#c_out = affine_map<(d0, d1, d2) -> (d0, d1)>
+#c_id = affine_map<(d0, d1) -> (d0, d1)>
+#c_col = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @rewritten(
+// CHECK: gpu.func @contract(
+// CHECK-NOT: nvvm.barrier
+// CHECK: gpu.return
+func.func @rewritten(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
+  %h = memref.alloc() : memref<7000xf32>
+  %h2 = memref.expand_shape %h [[0, 1]] output_shape [70, 100] : memref<7000xf32> into memref<70x100xf32>
+  linalg.generic {indexing_maps = [#c_col, #c_id], iterator_types = ["parallel", "parallel"]}
+      ins(%tok : memref<100xi64>) outs(%h2 : memref<70x100xf32>) {
+  ^bb0(%t: i64, %x: f32):
+    %r = linalg.index 0 : index
+    %ri = arith.index_cast %r : index to i64
+    %c = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %c : i1 to f32
+    linalg.yield %f : f32
+  }
+  %two = arith.constant 2.0 : f32
+  %c3 = arith.constant 3 : index
+  memref.store %two, %h[%c3] : memref<7000xf32>
+  linalg.generic {indexing_maps = [#c_hit, #c_val, #c_out], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%h2, %v : memref<70x100xf32>, memref<100x48xf32>) outs(%o : memref<70x48xf32>) {
+  ^bb0(%p: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %p, %x : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+// Split-K: a router weight gradient [768, 8] summed over 2048 tokens has 6 output tiles,
+// far too few for 132 SMs, so each tile's 64 k-tiles are split into 16 slices of 4 (grid
+// z = 16): slice s stores its partial sums into workspace[s] and a generic adds the 16
+// slices, in order, to the output (deterministic; no atomics).  The workspace is a view of
+// one allocation per function, sized for the largest split.
+#s_a = affine_map<(d0, d1, d2) -> (d2, d0)>
+#s_b = affine_map<(d0, d1, d2) -> (d2, d1)>
+#s_o = affine_map<(d0, d1, d2) -> (d0, d1)>
+// CHECK-DAG: #[[W:.*]] = affine_map<(d0, d1, d2) -> (d2, d1, d0)>
+// CHECK-DAG: #[[O:.*]] = affine_map<(d0, d1, d2) -> (d1, d0)>
+// CHECK-LABEL: func.func @router_wgrad(
+// CHECK: %[[BYTES:.*]] = memref.alloc() : memref<393216xi8>
+// CHECK: %[[WS:.*]] = memref.view %[[BYTES]][%{{.*}}][] : memref<393216xi8> to memref<16x768x8xf32>
+// CHECK: %[[C16:.*]] = arith.constant 16 : index
+// CHECK: gpu.launch_func @latch_contract_0::@contract blocks in (%{{.*}}, %{{.*}}, %[[C16]]) {{.*}} args({{.*}}, %[[WS]] : memref<16x768x8xf32>)
+// CHECK: linalg.generic {indexing_maps = [#[[W]], #[[O]]], iterator_types = ["parallel", "parallel", "reduction"]} ins(%[[WS]] : memref<16x768x8xf32>) outs(%arg2 : memref<768x8xf32>)
+// CHECK: gpu.func @contract(
+// CHECK: %[[S:.*]] = arith.remui %{{.*}}, %{{.*}} : index
+// CHECK: scf.for
+// CHECK: memref.store %{{.*}}, %{{.*}}[%[[S]], %{{.*}}, %{{.*}}] : memref<16x768x8xf32>
+func.func @router_wgrad(%x: memref<2048x768xbf16>, %g: memref<2048x8xbf16>, %w: memref<768x8xf32>) {
+  linalg.generic {indexing_maps = [#s_a, #s_b, #s_o], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %g : memref<2048x768xbf16>, memref<2048x8xbf16>) outs(%w : memref<768x8xf32>) {
+  ^bb0(%p: bf16, %q: bf16, %acc: f32):
+    %pf = arith.extf %p : bf16 to f32
+    %qf = arith.extf %q : bf16 to f32
+    %m = arith.mulf %pf, %qf : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
