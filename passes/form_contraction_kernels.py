@@ -570,12 +570,19 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
     n_acc = MT * NT * 4
     i16, i32 = "i16", "i32"
 
+    vector_input = [_vector_loadable(con, which, BK) for which in (0, 1)]
+
     def load_tile(k0: str) -> list:
         """Issue the global loads of both operands' k-tile at ``k0`` (packed bf16 pairs in
-        registers); returns the (shared buffer, row, pair column, value) to store."""
+        registers); returns the (shared buffer, tile, row, pair column, value) to store:
+        an i32, or a vector<4xi32> (8 bf16 read in one 16-byte load)."""
         out = []
         for which, (tile, smem, row0, row_group) in enumerate(
                 ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
+            if vector_input[which] is not None:
+                out += _vector_tile_loads(t, k, which, vector_input[which], batch, tid,
+                                          THREADS, tile, smem, row0, row_group, k0, BK)
+                continue
             k_contig = k.contiguous_group(which) == "k"
             for i in range(tile * KP // THREADS):
                 if k_contig:     # consecutive threads walk k pairs
@@ -598,20 +605,18 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
 
     def store_tile(values) -> None:
         for smem, tile, r, kp, packed in values:
-            t.line(f"memref.store {packed}, {smem}[{r}, {kp}] : "
-                   f"memref<{tile}x{PAD}xi32, {_WG}>")
+            if packed.startswith("vec:"):
+                t.line(f"vector.store {packed[4:]}, {smem}[{r}, {kp}] {{alignment = 16}} : "
+                       f"memref<{tile}x{PAD}xi32, {_WG}>, vector<4xi32>")
+            else:
+                t.line(f"memref.store {packed}, {smem}[{r}, {kp}] : "
+                       f"memref<{tile}x{PAD}xi32, {_WG}>")
 
-    # software pipeline: the k-tile after the current one is loaded into registers before
-    # the current one's mma.sync work, so the global loads' latency overlaps the math
-    k_tiles = -(-K // BK)
-    first = t.const(0)
-    if k.splits > 1:             # this slice's first k-tile (clamped: a slice may be empty)
-        first = t.arith("minui", t.mul(k.slice, -(-k_tiles // k.splits)), k_tiles - 1)
-    store_tile(load_tile(t.mul(first, BK)))
+    # (a register prefetch of the next k-tile during the current one's math was tried: no
+    # gain on the B32 shapes and the LM head 1.7x slower, from register pressure)
+    kt, accs, results = _for_k_tiles(t, k, -(-K // BK), n_acc, zero)
+    store_tile(load_tile(t.mul(kt, BK)))
     t.line("gpu.barrier")
-    kt, accs, results = _for_k_tiles(t, k, k_tiles, n_acc, zero)
-    ahead = t.arith("minui", t.add(kt, 1), k_tiles - 1)     # past the end: a harmless reload
-    upcoming = load_tile(t.mul(ahead, BK))
     cur = list(accs)
     for s in range(BK // 16):
         afr = []
@@ -648,8 +653,6 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
                     cur[base + r] = t.emit(
                         f"llvm.extractvalue {d}[{r}] : !llvm.struct<(f32, f32, f32, f32)>")
     t.line("gpu.barrier")
-    store_tile(upcoming)
-    t.line("gpu.barrier")
     t.line(f"scf.yield {', '.join(cur)} : {', '.join(['f32'] * n_acc)}")
     t.line("}")
     cells = []
@@ -665,6 +668,59 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
     text = _module(name, _signature(con, workgroup, THREADS, splits), t)
     grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")) * splits)
     return text, grid, (THREADS, 1, 1)
+
+
+def _vector_loadable(con: Contraction, which: int, k_tile: int):
+    """The input number whose bf16 elements factor ``which`` is, if its k-tiles can be read
+    8 elements (16 bytes) at a time: the factor is the input element itself (widened), the
+    single k loop walks the input's unit-stride dimension, rows and the base stay 16-byte
+    aligned, and K is a whole number of k-tiles; else None.  Every buffer a kernel sees is
+    Latch's own (the arena, state, input and output buffers: cuMemAlloc, 256-byte aligned;
+    callers' tensors are copied in), so a 16-byte aligned offset is a 16-byte address."""
+    from mlir import ir
+
+    side = con.sides[which]
+    v = side.narrow
+    if v is None or not hasattr(v.owner, "arguments") or side.captured:
+        return None
+    if v.owner != con.op.regions[0].blocks[0]:
+        return None
+    i = ir.BlockArgument(v).arg_number
+    if i >= len(con.inputs) or len(con.groups["k"]) != 1:
+        return None
+    mt = ir.MemRefType(con.inputs[i].type)
+    strides, offset = mt.get_strides_and_offset()
+    kdim = con.groups["k"][0]
+    if con.maps[i][-1] != ("d", kdim) or strides[-1] != 1 or mt.shape[-1] % 8 or \
+            offset % 8 or any(st % 8 for st in strides[:-1]) or \
+            con.size("k") % k_tile or str(mt.element_type) != "bf16":
+        return None
+    return i
+
+
+def _vector_tile_loads(t: _Text, k: _Kernel, which: int, i: int, batch: dict, tid: str,
+                       threads: int, tile: int, smem: str, row0: str, row_group: str,
+                       k0: str, k_tile: int) -> list:
+    """16-byte loads of a k-contiguous bf16 operand's ``tile`` x ``k_tile`` tile: thread
+    ``tid`` reads 8 consecutive k of a row per load; each vector is 4 packed bf16 pairs."""
+    con = k.con
+    per_row = k_tile // 8
+    rows = con.size(row_group)
+    out = []
+    for n in range(tile * per_row // threads):
+        lin = t.add(tid, n * threads)
+        r = t.arith("divui", lin, per_row)
+        j = t.arith("remui", lin, per_row)
+        row = t.arith("minui", t.add(row0, r), rows - 1) if rows > 1 else t.const(0)
+        dims = dict(batch)
+        dims.update(k.split(row_group, row))
+        dims.update(k.split("k", t.add(k0, t.mul(j, 8))))
+        mtype = con.inputs[i].type
+        v = t.emit(f"vector.load %I{i}[{k.indices(i, dims)}] {{alignment = 16}} : "
+                   f"{mtype}, vector<8xbf16>")
+        w = t.emit(f"vector.bitcast {v} : vector<8xbf16> to vector<4xi32>")
+        out.append((smem, tile, r, t.mul(j, 4), "vec:" + w))
+    return out
 
 
 def simt_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple]:

@@ -3,7 +3,9 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=PTX
 // Contractions on memrefs become launches of tiled kernels: bf16 operands (here an f32
 // weight rounded to bf16 inside the body, as precision="bf16" fuses it) -> tensor cores
-// (nvvm.mma.sync m16n8k16), f32 operands -> the SIMT kernel; anything else stays.
+// (nvvm.mma.sync m16n8k16), f32 operands -> the SIMT kernel; anything else stays.  A bf16
+// operand read as it is along its unit-stride dimension (x here) is loaded 8 elements at a
+// time (16-byte vector loads and shared-memory stores); a computed one element-wise.
 
 #mA = affine_map<(m, n, k) -> (m, k)>
 #mBt = affine_map<(m, n, k) -> (n, k)>
@@ -13,13 +15,17 @@
 // CHECK-NOT: linalg.generic
 // CHECK: gpu.module @latch_contract_0
 // CHECK: gpu.func @contract({{.*}}) workgroup(%{{.*}} : memref<128x20xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<128x20xi32, #gpu.address_space<workgroup>>) kernel
+// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<200x96xbf16>, vector<8xbf16>
 // CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<128x20xi32, #gpu.address_space<workgroup>>, vector<4xi32>
 // CHECK: nvvm.mma.sync
 // CHECK-SAME: shape = #nvvm.shape<m = 16, n = 8, k = 16>
 // SIMT-LABEL: func.func @linear_bf16(
 // SIMT: gpu.launch_func @latch_contract_0::@contract
 // SIMT-NOT: nvvm.mma.sync
 // SIMT: math.fma
+// PTX: ld.global.v4.b32
+// PTX: st.shared.v4.b32
 // PTX: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 func.func @linear_bf16(%x: memref<200x96xbf16>, %w: memref<48x96xf32>, %y: memref<200x48xf32>) {
   linalg.generic {indexing_maps = [#mA, #mBt, #mC], iterator_types = ["parallel", "parallel", "reduction"]}
