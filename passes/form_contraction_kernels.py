@@ -38,6 +38,8 @@ import dataclasses
 
 from latch.passes.base import ModulePass
 from latch.passes.generic_body import clone_body_ops
+from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
+                                         match_one_hot_scatter)
 
 KERNEL = "contract"     # the kernel's name in every module: identical kernels dedupe
 _PLACEHOLDER = "latch.contraction_factor"   # a factor's value, expanded after parsing
@@ -822,6 +824,7 @@ class FormContractionKernels(ModulePass):
                "tiled kernels (bf16 tensor-core mma.sync, or f32 SIMT)")
 
     mma: bool = True
+    scatter: bool = True
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -845,6 +848,12 @@ class FormContractionKernels(ModulePass):
         counter = 0
         planned = []
         for con in found:
+            scatter = match_one_hot_scatter(con) if self.scatter else None
+            if scatter is not None:          # a one-hot product: K x N atomic adds instead
+                emit_scatter(scatter)
+                con.op.erase()
+                erase_dead_mask_writer(scatter)
+                continue
             while f"latch_contract_{counter}" in taken:
                 counter += 1
             name = f"latch_contract_{counter}"

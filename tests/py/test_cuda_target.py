@@ -899,6 +899,21 @@ def test_parallel_ptx_serialization_gives_the_same_ptx():
     assert len(serial) >= 4
     assert parallel == serial
 
+def test_one_hot_products_of_the_moe_become_scatter_kernels(cuda_models):
+    """The dense one-hot products the frontend makes of index_add (the MoE dispatch, one per
+    MoE layer) and of the embedding gradients become scatter kernels (an atomic add per
+    source element), not contractions over all rows x all sources."""
+    from models import MoE
+
+    model, _, prog = cuda_models["tiny_moe"]
+    m = prog.manifest
+    scatters = [la for la in m["launches"]
+                if b"atom.global.add.f32" in prog.files[m["modules"][la["module"]]]]
+    n_moe = sum(isinstance(mod, MoE) for mod in model.modules())
+    assert n_moe >= 1 and len(scatters) >= n_moe + 1     # + the token embedding gradient
+    assert not any(la["module"].startswith("latch_contract") for la in scatters)
+
+
 
 @pytest.mark.parametrize("precision,instruction", [("fp32", "fma.rn.f32"),
                                                    ("bf16", "mma.sync.aligned.m16n8k16")])

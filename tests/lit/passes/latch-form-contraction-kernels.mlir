@@ -120,19 +120,29 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 }
 
 // -----
-// The mask may also come from a buffer: here a [tokens, slots] one-hot matrix materialized
-// (through a reshape) by an all-parallel generic that yields uitofp(i1) — the last write
-// of that buffer before the contraction — so the k-tiles are still skipped.  In @rewritten
-// the buffer is overwritten after the mask generic, so nothing is known and the kernel is
-// the plain one.
+// A one-hot product whose mask comes from a buffer: a [rows, sources] matrix materialized
+// (through a reshape) by an all-parallel generic yielding [tok[k] == row] — the last write
+// of that buffer before the contraction.  That is a scatter, out[tok[k], n] += v[k, n]:
+// one thread per (k, n) adds with an atomic (skipped when tok[k] is out of range), and the
+// mask generic, now unread, is erased.  In @rewritten the buffer is overwritten after the
+// mask generic, so nothing is known and the kernel is the plain one.
 #c_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
 #c_val = affine_map<(d0, d1, d2) -> (d2, d1)>
 #c_out = affine_map<(d0, d1, d2) -> (d0, d1)>
 #c_id = affine_map<(d0, d1) -> (d0, d1)>
 #c_col = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: func.func @combine(
-// CHECK: gpu.func @contract(
-// CHECK: nvvm.barrier #nvvm.reduction<or>
+// CHECK-NOT: linalg.generic
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c19, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// CHECK: arith.cmpi sge, %[[T]]
+// CHECK: arith.cmpi slt, %[[T]]
+// CHECK: scf.if
+// CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
+// CHECK: %[[V:.*]] = memref.load %arg1[
+// CHECK: memref.atomic_rmw addf %[[V]], %arg2[%[[ROW]], %{{.*}}]
+// CHECK-NOT: latch_contract
+// PTX: atom.global.add.f32
 func.func @combine(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
   %h = memref.alloc() : memref<7000xf32>
   %h2 = memref.expand_shape %h [[0, 1]] output_shape [70, 100] : memref<7000xf32> into memref<70x100xf32>
@@ -219,6 +229,38 @@ func.func @router_wgrad(%x: memref<2048x768xbf16>, %g: memref<2048x8xbf16>, %w: 
     %qf = arith.extf %q : bf16 to f32
     %m = arith.mulf %pf, %qf : f32
     %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+// The embedding gradient: out[vocab, d] += [ids[k] == arange[vocab]] * g[k, d], the mask
+// computed in the body against an arange buffer: a scatter as well.
+#e_ids = affine_map<(v, d, k) -> (k)>
+#e_ar = affine_map<(v, d, k) -> (v)>
+#e_g = affine_map<(v, d, k) -> (k, d)>
+#e_o = affine_map<(v, d, k) -> (v, d)>
+#e_1 = affine_map<(i) -> (i)>
+// CHECK-LABEL: func.func @embedding_grad(
+// CHECK: memref.load %arg0[%{{.*}}] : memref<64xi64>
+// CHECK: memref.atomic_rmw addf
+// CHECK-NOT: latch_contract
+func.func @embedding_grad(%ids: memref<64xi64>, %g: memref<64x32xf32>, %o: memref<500x32xf32>) {
+  %ar = memref.alloc() : memref<500xi64>
+  linalg.generic {indexing_maps = [#e_1], iterator_types = ["parallel"]} outs(%ar : memref<500xi64>) {
+  ^bb0(%x: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  }
+  linalg.generic {indexing_maps = [#e_ids, #e_ar, #e_g, #e_o], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%ids, %ar, %g : memref<64xi64>, memref<500xi64>, memref<64x32xf32>) outs(%o : memref<500x32xf32>) {
+  ^bb0(%t: i64, %v: i64, %x: f32, %acc: f32):
+    %h = arith.cmpi eq, %t, %v : i64
+    %f = arith.uitofp %h : i1 to f32
+    %p = arith.mulf %f, %x : f32
+    %s = arith.addf %acc, %p : f32
     linalg.yield %s : f32
   }
   return

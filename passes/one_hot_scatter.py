@@ -1,0 +1,337 @@
+"""One-hot contractions as scatter kernels (part of ``latch-form-contraction-kernels``).
+
+The frontend decomposes ``index_put``/``index_add``/``scatter_add`` and the backward of
+``embedding`` into dense one-hot products (latch.frontend.decompositions): for a source row
+``k`` with target ``t(k)``, ``C[j, n] += sum_k [t(k) == j] * V[k, n]``.  As a contraction
+that is ``rows(C) x K x N`` multiply-adds, quadratic in the number of tokens.  This module
+recognizes the pattern and emits the sparse computation it stands for instead: one thread
+per ``(k, n)`` adds ``V[k, n]`` to ``C[t(k), n]`` (skipped when ``t(k)`` is out of range),
+``K x N`` work.
+
+Recognized: a contraction whose mask factor is ``[a == b]`` (an ``arith.cmpi eq`` turned
+into 0/1), computed in the body or read from a buffer whose last writer computed it, where
+one side of the comparison is the coordinate of the output's row dimension (that loop's
+``linalg.index``, or an element of an ``arange`` buffer) and the other depends only on
+the source (``k``) and batch loops.
+
+Rows hit by several sources receive their additions through ``atomicAdd``, in an order the
+hardware chooses: with duplicate targets the float sum may differ in the last bits from run
+to run (as PyTorch's own CUDA ``index_add_``), where the dense product was deterministic.
+Sources whose target is out of range add nothing, even when ``V`` is not finite (the dense
+product would have added ``0 * inf = NaN``; PyTorch's scatter adds nothing).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from latch.passes.generic_body import clone_body_ops, delinearize, index_constant, indices
+
+_THREADS = 256
+
+
+def _op(o):
+    return o.operation if hasattr(o, "operation") else o
+
+
+@dataclasses.dataclass
+class Scatter:
+    con: object                 # the Contraction
+    row_dim: int                # the output's row (target) loop dim
+    space: object               # the generic computing the target (the contraction or W)
+    to_space: dict              # contraction loop dim -> loop dim of ``space``
+    target: object              # the body value of ``space`` that is t(k)
+    target_ops: list            # body ops of ``space`` computing it, in order
+    value_side: int             # the factor that is V
+    in_body: bool = True        # the mask is computed in the contraction's body
+
+
+def match_one_hot_scatter(con):
+    """A Scatter if contraction ``con`` (with a mask factor) is a one-hot scatter."""
+    from mlir import ir
+
+    from latch.passes.form_contraction_kernels import _last_writer
+
+    if con.indicator is None:
+        return None
+    mask = con.sides[con.indicator]
+    row_group = "m" if con.indicator == 0 else "n"
+    if len(con.groups[row_group]) != 1:
+        return None
+    row_dim = con.groups[row_group][0]
+    op = con.op
+    block = op.regions[0].blocks[0]
+    v = _strip(mask.value)
+    space, to_space = op, {d: d for d in range(len(con.sizes))}
+    if hasattr(v.owner, "arguments"):            # read from a mask buffer H
+        if v.owner != block:
+            return None
+        h = ir.BlockArgument(v).arg_number
+        writer = _last_writer(con.inputs[h], op)
+        if writer is None:
+            return None
+        # loop dims of the writer W <-> contraction dims, through H's two indexing maps
+        w_out = ir.AffineMapAttr(list(ir.ArrayAttr(writer.attributes["indexing_maps"]))[-1]).value
+        if ir.MemRefType(writer.operands[len(writer.operands) - 1].type).shape != \
+                ir.MemRefType(con.inputs[h].type).shape:
+            return None                           # a reshape between: positions differ
+        to_space = {}
+        for pos, (kind, d) in enumerate(con.maps[h]):
+            expr = w_out.results[pos]
+            if kind != "d" or not isinstance(expr, ir.AffineDimExpr):
+                return None
+            to_space[d] = ir.AffineDimExpr(expr).position
+        space = writer
+        wblock = writer.regions[0].blocks[0]
+        v = _strip(_op(list(wblock.operations)[-1]).operands[0])
+    if hasattr(v.owner, "arguments"):
+        return None
+    cmp = _op(v.owner)
+    if cmp.name != "arith.cmpi" or ir.IntegerAttr(cmp.attributes["predicate"]).value != 0:
+        return None
+    if row_dim not in to_space:
+        return None
+    srow = to_space[row_dim]
+    allowed = {to_space[d] for d in con.groups["k"] + con.groups["batch"] if d in to_space}
+    for a, b in ((cmp.operands[0], cmp.operands[1]), (cmp.operands[1], cmp.operands[0])):
+        if not _is_coordinate(a, srow, space):
+            continue
+        found = _dependence(b, space)
+        if found is None:
+            continue
+        ops, dims = found
+        if srow in dims or not dims <= allowed:
+            continue
+        return Scatter(con, row_dim, space, to_space, b, ops, 1 - con.indicator,
+                       in_body=space == op)
+    return None
+
+
+def _strip(v):
+    """Look through the 0/1 conversions around a comparison: uitofp/sitofp/extui/trunci."""
+    while not hasattr(v.owner, "arguments") and _op(v.owner).name in (
+            "arith.uitofp", "arith.sitofp", "arith.extui", "arith.trunci"):
+        v = _op(v.owner).operands[0]
+    return v
+
+
+def _is_coordinate(v, dim: int, space) -> bool:
+    """Whether body value ``v`` of generic ``space`` equals its loop index ``dim``: that
+    loop's linalg.index (possibly cast), or an element of an arange buffer read at it."""
+    from mlir import ir
+
+    from latch.passes.form_contraction_kernels import _last_writer
+
+    while not hasattr(v.owner, "arguments") and _op(v.owner).name == "arith.index_cast":
+        v = _op(v.owner).operands[0]
+    if not hasattr(v.owner, "arguments"):
+        o = _op(v.owner)
+        return o.name == "linalg.index" and ir.IntegerAttr(o.attributes["dim"]).value == dim
+    block = space.regions[0].blocks[0]
+    if v.owner != block:
+        return False
+    i = ir.BlockArgument(v).arg_number
+    seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
+    if i >= seg[0]:
+        return False
+    amap = ir.AffineMapAttr(list(ir.ArrayAttr(space.attributes["indexing_maps"]))[i]).value
+    if len(amap.results) != 1 or not isinstance(amap.results[0], ir.AffineDimExpr) or \
+            ir.AffineDimExpr(amap.results[0]).position != dim:
+        return False
+    buf = space.operands[i]
+    writer = _last_writer(buf, space)
+    if writer is None or len(ir.ArrayAttr(writer.attributes["iterator_types"])) != 1:
+        return False
+    wmap = ir.AffineMapAttr(list(ir.ArrayAttr(writer.attributes["indexing_maps"]))[-1]).value
+    if wmap != ir.AffineMap.get_identity(1) or \
+            writer.operands[len(writer.operands) - 1] != buf:
+        return False
+    yielded = _op(list(writer.regions[0].blocks[0].operations)[-1]).operands[0]
+    return _is_coordinate(yielded, 0, writer)
+
+
+def _dependence(v, space):
+    """(body ops computing ``v`` in order, the loop dims it depends on), or None if it uses
+    anything but inputs, loop indices, constants, pure arith/math and loads."""
+    from mlir import ir
+
+    block = space.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(space.attributes["indexing_maps"])]
+    seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
+    ops, dims, seen, stack = [], set(), set(), [v]
+    while stack:
+        x = stack.pop()
+        if hasattr(x.owner, "arguments"):
+            if x.owner != block:
+                continue
+            i = ir.BlockArgument(x).arg_number
+            if i >= seg[0]:
+                return None                       # the output element
+            for e in maps[i].results:
+                if isinstance(e, ir.AffineDimExpr):
+                    dims.add(ir.AffineDimExpr(e).position)
+                elif not isinstance(e, ir.AffineConstantExpr):
+                    return None
+            continue
+        o = _op(x.owner)
+        if o.parent is None or _op(o.parent) != _op(space):
+            continue                              # defined outside: a constant or buffer
+        pos = next(j for j, b in enumerate(body) if b == o)
+        if pos in seen:
+            continue
+        seen.add(pos)
+        if o.name == "linalg.index":
+            dims.add(ir.IntegerAttr(o.attributes["dim"]).value)
+        elif o.regions or not (o.name.startswith(("arith.", "math.")) or
+                               o.name == "memref.load"):
+            return None
+        ops.append((pos, o))
+        stack.extend(o.operands)
+    return [o for _, o in sorted(ops, key=lambda po: po[0])], dims
+
+
+def emit_scatter(sc: Scatter) -> None:
+    """Replace the contraction by a gpu.launch: one thread per (batch, k, value dims)."""
+    from mlir import ir
+    from mlir.dialects import gpu, scf
+
+    con = sc.con
+    op = con.op
+    index = ir.IndexType.get()
+    i1 = ir.IntegerType.get_signless(1)
+    i64 = ir.IntegerType.get_signless(64)
+    f32 = ir.F32Type.get()
+    value_group = "n" if con.indicator == 0 else "m"
+    # flattened: the value dims vary fastest (the output's rows are contiguous there)
+    order = con.groups[value_group][::-1] + con.groups["k"][::-1] + con.groups["batch"][::-1]
+    total = math.prod(con.sizes[d] for d in order)
+    blocks = -(-total // _THREADS)
+    with ir.InsertionPoint(op), op.location:
+        c1 = index_constant(1)
+        launch = gpu.LaunchOp((index_constant(blocks), c1, c1),
+                              (index_constant(_THREADS), c1, c1))
+        lb = launch.regions[0].blocks[0]
+    with ir.InsertionPoint(lb), op.location:
+        end = ir.Operation.create("gpu.terminator", [])
+    with ir.InsertionPoint(end), op.location:
+        bid, tid = lb.arguments[0], lb.arguments[3]
+        scaled = ir.Operation.create("arith.muli", [index],
+                                     [bid, index_constant(_THREADS)]).result
+        lin = ir.Operation.create("arith.addi", [index], [scaled, tid]).result
+        in_range = _cmp(lin, index_constant(total), 6)                 # ult
+        guard = scf.IfOp(in_range)
+    with ir.InsertionPoint(guard.then_block), op.location:
+        dims = [None] * len(con.sizes)
+        delinearize(lin, order, con.sizes, dims)
+        dims[sc.row_dim] = index_constant(0)
+        target = _target(sc, dims)
+        t64 = target if isinstance(target.type, ir.IntegerType) else \
+            ir.Operation.create("arith.index_cast", [i64], [target]).result
+        if ir.IntegerType(t64.type).width != 64:
+            t64 = ir.Operation.create("arith.extsi", [i64], [t64]).result
+        zero = ir.Operation.create("arith.constant", [i64],
+                                   attributes={"value": ir.IntegerAttr.get(i64, 0)}).result
+        rows = ir.Operation.create(
+            "arith.constant", [i64],
+            attributes={"value": ir.IntegerAttr.get(i64, con.sizes[sc.row_dim])}).result
+        ok = ir.Operation.create("arith.andi", [i1], [_cmp(t64, zero, 5),    # sge
+                                                      _cmp(t64, rows, 2)]).result   # slt
+        hit = scf.IfOp(ok)
+        with ir.InsertionPoint(hit.then_block):
+            dims[sc.row_dim] = ir.Operation.create("arith.index_cast", [index], [t64]).result
+            value = _value(sc, dims)
+            where = [dims[d] if kind == "d" else index_constant(0)
+                     for kind, d in con.maps[-1]]
+            ir.Operation.create("memref.atomic_rmw", [f32], [value, con.c] + where,
+                                attributes={"kind": ir.IntegerAttr.get(i64, 0)})   # addf
+            scf.YieldOp([])
+        scf.YieldOp([])
+
+
+def _cmp(a, b, predicate: int):
+    from mlir import ir
+
+    return ir.Operation.create(
+        "arith.cmpi", [ir.IntegerType.get_signless(1)], [a, b],
+        attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                    predicate)}).result
+
+
+def _target(sc: Scatter, dims: list):
+    """t(k) at the contraction loop indices ``dims`` (the row dim unused)."""
+    from mlir import ir
+
+    space = sc.space
+    n_space = len(ir.ArrayAttr(space.attributes["iterator_types"]))
+    sdims = [None] * n_space
+    for d, s in sc.to_space.items():
+        sdims[s] = dims[d]
+    for s in range(n_space):
+        if sdims[s] is None:
+            sdims[s] = index_constant(0)
+    seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(space.attributes["indexing_maps"])]
+    block = space.regions[0].blocks[0]
+    mapping: dict = {}
+    for i in sorted(_inputs_read(sc.target_ops, sc.target, block, seg[0])):
+        buf = space.operands[i]
+        if isinstance(buf.type, ir.MemRefType):
+            elt = ir.MemRefType(buf.type).element_type
+            mapping[block.arguments[i]] = ir.Operation.create(
+                "memref.load", [elt], [buf] + indices(maps[i], sdims)).result
+        else:
+            mapping[block.arguments[i]] = buf
+    clone_body_ops(sc.target_ops, mapping, sdims)
+    return mapping.get(sc.target, sc.target)
+
+
+def _inputs_read(ops, value, block, n_inputs) -> set:
+    from mlir import ir
+
+    vals = [value] + [x for o in ops for x in o.operands]
+    return {ir.BlockArgument(x).arg_number for x in vals
+            if hasattr(x.owner, "arguments") and x.owner == block and
+            ir.BlockArgument(x).arg_number < n_inputs}
+
+
+def _value(sc: Scatter, dims: list):
+    """V at the loop indices ``dims``: the value factor's body ops, cloned."""
+    from mlir import ir
+
+    con = sc.con
+    side = con.sides[sc.value_side]
+    block = con.op.regions[0].blocks[0]
+    mapping: dict = {}
+    for i in side.args:
+        elt = ir.MemRefType(con.inputs[i].type).element_type
+        idx = [dims[d] if kind == "d" else index_constant(0) for kind, d in con.maps[i]]
+        mapping[block.arguments[i]] = ir.Operation.create(
+            "memref.load", [elt], [con.inputs[i]] + idx).result
+    clone_body_ops(side.ops, mapping, dims)
+    return mapping.get(side.value, side.value)
+
+
+def erase_dead_mask_writer(sc: Scatter) -> None:
+    """After the scatter replaced its reader, erase the generic that wrote the mask buffer
+    if nothing else reads that buffer (its [sources x rows] mask is the quadratic part)."""
+    from mlir import ir
+
+    from latch.passes.form_contraction_kernels import _VIEW_OPS, _root
+
+    if sc.in_body:
+        return
+    writer = sc.space
+    seg = list(ir.DenseI32ArrayAttr(writer.attributes["operandSegmentSizes"]))
+    root = _root(list(writer.operands)[seg[0]])
+    stack, users = [root], []
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            user = _op(use.owner)
+            if user.name in _VIEW_OPS:
+                stack.extend(user.results)
+            elif user.name != "memref.dealloc":
+                users.append(user)
+    if all(u == writer for u in users):
+        writer.erase()
