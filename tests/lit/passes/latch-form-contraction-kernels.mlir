@@ -265,3 +265,40 @@ func.func @embedding_grad(%ids: memref<64xi64>, %g: memref<64x32xf32>, %o: memre
   }
   return
 }
+
+// -----
+// The mask's rows may reach the contraction through a reshape: the writer fills a [6, 10]
+// mask (row = b * 3 + t, compared with tok[k]) that the contraction reads as [2, 3, 10];
+// the scatter splits t(k) back into (b, t).
+#r_tok = affine_map<(r, k) -> (k)>
+#r_h = affine_map<(r, k) -> (r, k)>
+#r_m = affine_map<(b, t, n, k) -> (b, t, k)>
+#r_v = affine_map<(b, t, n, k) -> (k, n)>
+#r_o = affine_map<(b, t, n, k) -> (b, t, n)>
+// CHECK-LABEL: func.func @reshaped_rows(
+// CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<10xi64>
+// CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
+// CHECK-DAG: %[[TT:.*]] = arith.remui %[[ROW]], %c3
+// CHECK-DAG: %[[BB:.*]] = arith.divui %[[ROW]], %c3
+// CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[%[[BB]], %[[TT]], %{{.*}}] : (f32, memref<2x3x4xf32>)
+func.func @reshaped_rows(%tok: memref<10xi64>, %v: memref<10x4xf32>, %o: memref<2x3x4xf32>) {
+  %h = memref.alloc() : memref<6x10xf32>
+  linalg.generic {indexing_maps = [#r_tok, #r_h], iterator_types = ["parallel", "parallel"]}
+      ins(%tok : memref<10xi64>) outs(%h : memref<6x10xf32>) {
+  ^bb0(%t: i64, %x: f32):
+    %r = linalg.index 0 : index
+    %ri = arith.index_cast %r : index to i64
+    %c = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %c : i1 to f32
+    linalg.yield %f : f32
+  }
+  %h3 = memref.expand_shape %h [[0, 1], [2]] output_shape [2, 3, 10] : memref<6x10xf32> into memref<2x3x10xf32>
+  linalg.generic {indexing_maps = [#r_m, #r_v, #r_o], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%h3, %v : memref<2x3x10xf32>, memref<10x4xf32>) outs(%o : memref<2x3x4xf32>) {
+  ^bb0(%p: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %p, %x : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
