@@ -37,9 +37,9 @@ def _op(o):
 @dataclasses.dataclass
 class Scatter:
     con: object                 # the Contraction
-    row_dims: list              # the output's row (target) loop dims, row-major
+    row_dim: int                # the output's row (target) loop dim
     space: object               # the generic computing the target (the contraction or W)
-    groups: dict                # loop dim of ``space`` -> contraction loop dims (row-major)
+    to_space: dict              # contraction loop dim -> loop dim of ``space``
     target: object              # the body value of ``space`` that is t(k)
     target_ops: list            # body ops of ``space`` computing it, in order
     value_side: int             # the factor that is V
@@ -55,11 +55,14 @@ def match_one_hot_scatter(con):
     if con.indicator is None:
         return None
     mask = con.sides[con.indicator]
-    row_dims = con.groups["m" if con.indicator == 0 else "n"]
+    row_group = "m" if con.indicator == 0 else "n"
+    if len(con.groups[row_group]) != 1:
+        return None
+    row_dim = con.groups[row_group][0]
     op = con.op
     block = op.regions[0].blocks[0]
     v = _strip(mask.value)
-    space, groups = op, {d: [d] for d in range(len(con.sizes))}
+    space, to_space = op, {d: d for d in range(len(con.sizes))}
     if hasattr(v.owner, "arguments"):            # read from a mask buffer H
         if v.owner != block:
             return None
@@ -67,9 +70,17 @@ def match_one_hot_scatter(con):
         writer = _last_writer(con.inputs[h], op)
         if writer is None:
             return None
-        groups = _writer_dims(writer, con.inputs[h], con.maps[h])
-        if groups is None:
-            return None
+        # loop dims of the writer W <-> contraction dims, through H's two indexing maps
+        w_out = ir.AffineMapAttr(list(ir.ArrayAttr(writer.attributes["indexing_maps"]))[-1]).value
+        if ir.MemRefType(writer.operands[len(writer.operands) - 1].type).shape != \
+                ir.MemRefType(con.inputs[h].type).shape:
+            return None                           # a reshape between: positions differ
+        to_space = {}
+        for pos, (kind, d) in enumerate(con.maps[h]):
+            expr = w_out.results[pos]
+            if kind != "d" or not isinstance(expr, ir.AffineDimExpr):
+                return None
+            to_space[d] = ir.AffineDimExpr(expr).position
         space = writer
         wblock = writer.regions[0].blocks[0]
         v = _strip(_op(list(wblock.operations)[-1]).operands[0])
@@ -78,11 +89,10 @@ def match_one_hot_scatter(con):
     cmp = _op(v.owner)
     if cmp.name != "arith.cmpi" or ir.IntegerAttr(cmp.attributes["predicate"]).value != 0:
         return None
-    srow = next((w for w, ds in groups.items() if sorted(ds) == sorted(row_dims)), None)
-    if srow is None:
-        return None                 # the rows are not one loop of the mask's writer
-    source = set(con.groups["k"] + con.groups["batch"])
-    allowed = {w for w, ds in groups.items() if set(ds) <= source}
+    if row_dim not in to_space:
+        return None
+    srow = to_space[row_dim]
+    allowed = {to_space[d] for d in con.groups["k"] + con.groups["batch"] if d in to_space}
     for a, b in ((cmp.operands[0], cmp.operands[1]), (cmp.operands[1], cmp.operands[0])):
         if not _is_coordinate(a, srow, space):
             continue
@@ -92,63 +102,9 @@ def match_one_hot_scatter(con):
         ops, dims = found
         if srow in dims or not dims <= allowed:
             continue
-        return Scatter(con, groups[srow], space, groups, b, ops, 1 - con.indicator,
+        return Scatter(con, row_dim, space, to_space, b, ops, 1 - con.indicator,
                        in_body=space == op)
     return None
-
-
-def _writer_dims(writer, h, h_map):
-    """{loop dim of the mask writer W: the contraction dims it spans, row-major}, read
-    through H's indexing map in the contraction, the reshapes (expand/collapse_shape)
-    between W's output and H, and W's output map; None if that is not a plain relation."""
-    from mlir import ir
-
-    w_out = list(writer.operands)[-1]
-    chain = []                                  # the reshapes from W's output to H
-    v = h
-    while v != w_out:
-        if hasattr(v.owner, "arguments"):
-            return None
-        o = _op(v.owner)
-        if o.name not in ("memref.expand_shape", "memref.collapse_shape"):
-            return None
-        chain.append(o)
-        v = o.operands[0]
-    # walk from W's output forward: groups[i] = the H positions that W position i spans
-    groups = [[p] for p in range(ir.MemRefType(w_out.type).rank)]
-    for o in reversed(chain):
-        assoc = [[ir.IntegerAttr(x).value for x in ir.ArrayAttr(g)]
-                 for g in ir.ArrayAttr(o.attributes["reassociation"])]
-        if o.name == "memref.expand_shape":     # source position j -> result positions
-            where = {}
-            for j, g in enumerate(assoc):
-                for r in g:
-                    where.setdefault(j, []).append(r)
-            groups = [[r for p in grp for r in where[p]] for grp in groups]
-        else:                                   # collapse: result j <- source positions
-            owner = {p: j for j, g in enumerate(assoc) for p in g}
-            new = []
-            for grp in groups:
-                outs = sorted({owner[p] for p in grp})
-                if any(not set(assoc[j]) <= set(grp) for j in outs):
-                    return None                 # merges positions of two W dims
-                new.append(outs)
-            groups = new
-    positions = groups
-    w_map = ir.AffineMapAttr(list(ir.ArrayAttr(writer.attributes["indexing_maps"]))[-1]).value
-    out = {}
-    for wpos, hpos in enumerate(positions):
-        expr = w_map.results[wpos]
-        if not isinstance(expr, ir.AffineDimExpr):
-            return None
-        dims = []
-        for p in hpos:
-            kind, d = h_map[p]
-            if kind != "d":
-                return None
-            dims.append(d)
-        out[ir.AffineDimExpr(expr).position] = dims
-    return out
 
 
 def _strip(v):
@@ -268,8 +224,7 @@ def emit_scatter(sc: Scatter) -> None:
     with ir.InsertionPoint(guard.then_block), op.location:
         dims = [None] * len(con.sizes)
         delinearize(lin, order, con.sizes, dims)
-        for d in sc.row_dims:
-            dims[d] = index_constant(0)
+        dims[sc.row_dim] = index_constant(0)
         target = _target(sc, dims)
         t64 = target if isinstance(target.type, ir.IntegerType) else \
             ir.Operation.create("arith.index_cast", [i64], [target]).result
@@ -277,16 +232,14 @@ def emit_scatter(sc: Scatter) -> None:
             t64 = ir.Operation.create("arith.extsi", [i64], [t64]).result
         zero = ir.Operation.create("arith.constant", [i64],
                                    attributes={"value": ir.IntegerAttr.get(i64, 0)}).result
-        n_rows = math.prod(con.sizes[d] for d in sc.row_dims)
         rows = ir.Operation.create(
             "arith.constant", [i64],
-            attributes={"value": ir.IntegerAttr.get(i64, n_rows)}).result
+            attributes={"value": ir.IntegerAttr.get(i64, con.sizes[sc.row_dim])}).result
         ok = ir.Operation.create("arith.andi", [i1], [_cmp(t64, zero, 5),    # sge
                                                       _cmp(t64, rows, 2)]).result   # slt
         hit = scf.IfOp(ok)
         with ir.InsertionPoint(hit.then_block):
-            row = ir.Operation.create("arith.index_cast", [index], [t64]).result
-            delinearize(row, sc.row_dims[::-1], con.sizes, dims)
+            dims[sc.row_dim] = ir.Operation.create("arith.index_cast", [index], [t64]).result
             value = _value(sc, dims)
             where = [dims[d] if kind == "d" else index_constant(0)
                      for kind, d in con.maps[-1]]
@@ -306,24 +259,17 @@ def _cmp(a, b, predicate: int):
 
 
 def _target(sc: Scatter, dims: list):
-    """t(k) at the contraction loop indices ``dims`` (the row dims unused)."""
+    """t(k) at the contraction loop indices ``dims`` (the row dim unused)."""
     from mlir import ir
 
-    con = sc.con
-    index = ir.IndexType.get()
     space = sc.space
     n_space = len(ir.ArrayAttr(space.attributes["iterator_types"]))
     sdims = [None] * n_space
-    for w, ds in sc.groups.items():             # W's index: its contraction dims, linearized
-        value = dims[ds[0]]
-        for d in ds[1:]:
-            scaled = ir.Operation.create("arith.muli", [index],
-                                         [value, index_constant(con.sizes[d])]).result
-            value = ir.Operation.create("arith.addi", [index], [scaled, dims[d]]).result
-        sdims[w] = value
-    for w in range(n_space):
-        if sdims[w] is None:
-            sdims[w] = index_constant(0)
+    for d, s in sc.to_space.items():
+        sdims[s] = dims[d]
+    for s in range(n_space):
+        if sdims[s] is None:
+            sdims[s] = index_constant(0)
     seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(space.attributes["indexing_maps"])]
     block = space.regions[0].blocks[0]
