@@ -37,6 +37,8 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass
+from latch.passes.buffer_views import VIEW_OPS as _VIEW_OPS
+from latch.passes.buffer_views import root as _root
 from latch.passes.generic_body import clone_body_ops
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
@@ -271,16 +273,6 @@ def _is_indicator(value, op, inputs) -> bool:
 def _is_mask_value(value) -> bool:
     o = _op(value.owner)
     return o.name in ("arith.uitofp", "arith.sitofp") and str(o.operands[0].type) == "i1"
-
-
-_VIEW_OPS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
-             "memref.reinterpret_cast", "memref.view", "memref.reshape")
-
-
-def _root(v):
-    while not hasattr(v.owner, "arguments") and _op(v.owner).name in _VIEW_OPS:
-        v = _op(v.owner).operands[0]
-    return v
 
 
 def _last_writer(buffer, op):

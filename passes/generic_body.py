@@ -98,3 +98,27 @@ def load_inputs(block, ins, maps, dims, mapping: dict) -> None:
         elt = ir.MemRefType(v.type).element_type
         mapping[block.arguments[j]] = ir.Operation.create(
             "memref.load", [elt], [v] + indices(m, dims)).result
+
+
+def accumulation(op):
+    """(body block, accumulator argument, combining op, the other operand) if the body of
+    the single-output generic ``op`` has no nested regions and yields ``combine(acc, e)``
+    with ``acc`` (the output element) used only there and ``e`` not ``acc``; else None."""
+    block = op.regions[0].blocks[0]
+    body = [o.operation if hasattr(o, "operation") else o for o in block.operations]
+    if any(o.regions for o in body):
+        return None
+    acc = block.arguments[len(block.arguments) - 1]
+    yld = body[-1]
+    if yld.name != "linalg.yield" or len(yld.operands) != 1:
+        return None
+    owner = yld.operands[0].owner
+    if hasattr(owner, "arguments"):
+        return None
+    comb = owner.operation if hasattr(owner, "operation") else owner
+    if len(comb.operands) != 2 or sum(1 for _ in acc.uses) != 1:
+        return None
+    a, b = comb.operands[0], comb.operands[1]
+    if (a == acc) == (b == acc):
+        return None
+    return block, acc, comb, (b if a == acc else a)

@@ -317,7 +317,8 @@ def erase_dead_mask_writer(sc: Scatter) -> None:
     if nothing else reads that buffer (its [sources x rows] mask is the quadratic part)."""
     from mlir import ir
 
-    from latch.passes.form_contraction_kernels import _VIEW_OPS, _root
+    from latch.passes.buffer_views import VIEW_OPS as _VIEW_OPS
+    from latch.passes.buffer_views import root as _root
 
     if sc.in_body:
         return

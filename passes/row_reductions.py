@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import math
 
+from latch.passes.buffer_views import root as _root
 from latch.passes.form_contraction_kernels import match_contraction
-from latch.passes.generic_body import (clone_body_ops, delinearize, index_constant,
-                                       indices, load_inputs, loop_ranges)
+from latch.passes.generic_body import (accumulation, clone_body_ops, delinearize,
+                                       index_constant, indices, load_inputs, loop_ranges)
 
 # combining op -> (gpu.all_reduce operation, identity)
 _COMBINERS = {
@@ -50,21 +51,6 @@ _WARP = 32
 
 def _op(o):
     return o.operation if hasattr(o, "operation") else o
-
-
-def _root(v):
-    """The allocation (or argument) a view of a buffer comes from."""
-    while True:
-        owner = v.owner
-        if hasattr(owner, "arguments"):
-            return v
-        o = _op(owner)
-        if o.name in ("memref.subview", "memref.cast", "memref.collapse_shape",
-                      "memref.expand_shape", "memref.reinterpret_cast", "memref.view",
-                      "memref.reshape"):
-            v = o.operands[0]
-            continue
-        return v
 
 
 def match_row_reduction(op):
@@ -106,23 +92,10 @@ def match_row_reduction(op):
         return None
     if match_contraction(op) is not None:
         return None              # a matmul: latch-form-contraction-kernels tiles it
-    block = op.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    if any(o.regions for o in body):
+    found = accumulation(op)
+    if found is None or found[2].name not in _COMBINERS:
         return None
-    acc = block.arguments[len(block.arguments) - 1]
-    yld = body[-1]
-    if yld.name != "linalg.yield" or len(yld.operands) != 1:
-        return None
-    owner = yld.operands[0].owner
-    if hasattr(owner, "arguments"):
-        return None
-    comb = _op(owner)
-    if comb.name not in _COMBINERS or sum(1 for _ in acc.uses) != 1:
-        return None
-    a, b = comb.operands[0], comb.operands[1]
-    if (a == acc) == (b == acc):
-        return None
+    comb = found[2]
     return comb, par, red, maps, ranges
 
 

@@ -52,8 +52,10 @@ import dataclasses
 
 from latch.errors import PassError
 from latch.passes.base import ModulePass
-from latch.passes.generic_body import (clone_body_ops, delinearize, index_constant,
-                                       load_inputs, loop_ranges)
+from latch.passes.generic_body import (accumulation, clone_body_ops, delinearize,
+                                       index_constant, load_inputs, loop_ranges)
+from latch.passes.buffer_views import VIEW_OPS
+from latch.passes.buffer_views import root as _root
 from latch.passes.row_reductions import cooperative_row_reductions
 
 # ops that stay on the host as they are
@@ -227,8 +229,7 @@ def _if_convert(body) -> None:
             _select_to_copy(body, op, flags)
 
 
-_VIEWS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
-          "memref.reinterpret_cast", "memref.view", "memref.reshape")
+_VIEWS = VIEW_OPS
 
 
 def _top_level(op, body):
@@ -425,21 +426,6 @@ def _writes(op):
     if n.startswith(_PURE_DIALECTS) and not op.regions:
         return []
     return None
-
-
-def _root(v):
-    """The allocation (or argument) a view of a buffer comes from."""
-    while True:
-        owner = v.owner
-        if hasattr(owner, "arguments"):
-            return v
-        o = _op(owner)
-        if o.name in ("memref.subview", "memref.cast", "memref.collapse_shape",
-                      "memref.expand_shape", "memref.reinterpret_cast", "memref.view",
-                      "memref.reshape"):
-            v = o.operands[0]
-            continue
-        return v
 
 
 def _hoist_predicated(op, anchor, flag, local) -> None:
@@ -1013,28 +999,10 @@ def _sum_reduction(op):
     for v in op.operands:
         if not isinstance(v.type, ir.MemRefType) or not ir.MemRefType(v.type).has_static_shape:
             return None
-    block = op.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    if any(o.regions for o in body):
+    found = accumulation(op)
+    if found is None or found[2].name != "arith.addf":
         return None
-    acc = block.arguments[len(block.arguments) - 1]
-    yld = body[-1]
-    if yld.name != "linalg.yield" or len(yld.operands) != 1:
-        return None
-    add = yld.operands[0].owner
-    if hasattr(add, "arguments") or _op(add).name != "arith.addf":
-        return None
-    add = _op(add)
-    a, b = add.operands[0], add.operands[1]
-    if a == acc and b != acc:
-        summand = b
-    elif b == acc and a != acc:
-        summand = a
-    else:
-        return None
-    if sum(1 for _ in acc.uses) != 1:
-        return None
-    return block, acc, add, summand
+    return found
 
 
 def _parallel_full_reductions(body, threads: int) -> None:
