@@ -102,9 +102,31 @@ def match_one_hot_scatter(con):
         ops, dims = found
         if srow in dims or not dims <= allowed:
             continue
+        if space != op and not _reads_unchanged(space, ops, b, op):
+            return None       # t(k) is recomputed at the contraction: its inputs must hold
         return Scatter(con, row_dim, space, to_space, b, ops, 1 - con.indicator,
                        in_body=space == op)
     return None
+
+
+def _reads_unchanged(writer, ops, value, op) -> bool:
+    """Whether the buffers the mask writer reads to compute ``value`` (its inputs and any
+    buffer its body loads from) still hold the same data at ``op``: the scatter recomputes
+    t(k) there, and bufferization reuses buffers, so nothing between may write them."""
+    from mlir import ir
+
+    from latch.passes.buffer_views import root
+    from latch.passes.form_contraction_kernels import _may_write
+
+    block = writer.regions[0].blocks[0]
+    n_in = list(ir.DenseI32ArrayAttr(writer.attributes["operandSegmentSizes"]))[0]
+    buffers = [writer.operands[i] for i in _inputs_read(ops, value, block, n_in)]
+    buffers += [x for o in ops if o.name == "memref.load" for x in o.operands[:1]]
+    roots = [root(b) for b in buffers if isinstance(b.type, ir.MemRefType)]
+    between = [_op(o) for o in op.operation.block.operations]
+    start = next(i for i, o in enumerate(between) if o == writer)
+    end = next(i for i, o in enumerate(between) if o == op)
+    return not any(_may_write(o, r) for o in between[start + 1:end] for r in roots)
 
 
 def _strip(v):

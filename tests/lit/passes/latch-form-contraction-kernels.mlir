@@ -265,3 +265,40 @@ func.func @embedding_grad(%ids: memref<64xi64>, %g: memref<64x32xf32>, %o: memre
   }
   return
 }
+
+// -----
+// The scatter recomputes t(k) from the mask writer's inputs at the contraction; when one of
+// them (tok) is written in between — bufferization reuses buffers — that would read the new
+// data, so the product stays a (mask-skipping) contraction.
+#u_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
+#u_val = affine_map<(d0, d1, d2) -> (d2, d1)>
+#u_out = affine_map<(d0, d1, d2) -> (d0, d1)>
+#u_id = affine_map<(d0, d1) -> (d0, d1)>
+#u_col = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @source_overwritten(
+// CHECK-NOT: memref.atomic_rmw
+// CHECK: gpu.launch_func @latch_contract_0::@contract
+// CHECK: nvvm.barrier #nvvm.reduction<or>
+func.func @source_overwritten(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
+  %h = memref.alloc() : memref<70x100xf32>
+  linalg.generic {indexing_maps = [#u_col, #u_id], iterator_types = ["parallel", "parallel"]}
+      ins(%tok : memref<100xi64>) outs(%h : memref<70x100xf32>) {
+  ^bb0(%t: i64, %x: f32):
+    %r = linalg.index 0 : index
+    %ri = arith.index_cast %r : index to i64
+    %c = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %c : i1 to f32
+    linalg.yield %f : f32
+  }
+  %seven = arith.constant 7 : i64
+  %c3 = arith.constant 3 : index
+  memref.store %seven, %tok[%c3] : memref<100xi64>
+  linalg.generic {indexing_maps = [#u_hit, #u_val, #u_out], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%h, %v : memref<70x100xf32>, memref<100x48xf32>) outs(%o : memref<70x48xf32>) {
+  ^bb0(%p: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %p, %x : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
