@@ -19,6 +19,16 @@ of a generated, shared-memory tiled kernel (one ``gpu.module`` per contraction):
   accuracy): 64x64 output tiles per block of 256 threads, 16-deep k-tiles in shared
   memory, a 4x4 register tile per thread, ``math.fma``.
 
+Refinements: a bf16 operand read as it is along its unit-stride k dimension is loaded 8
+elements (16 bytes) at a time; an output with too few tiles to fill the GPU (a weight
+gradient summed over all tokens) is **split along k** into slices whose partial sums land
+in a per-function workspace and are then added in order (deterministic); a factor that is a
+0/1 mask (an i1 converted to f32, in the body or read from a buffer whose last writer made
+it) lets the SIMT kernel **skip all-zero k-tiles** (``bar.red.or``); and a one-hot product
+``C[row] += [t(k) == row] * V[k]`` — the dense form of ``index_add``/``index_put``/the
+embedding gradient — becomes a **scatter kernel** of K x N atomic adds
+(``passes/one_hot_scatter.py``).
+
 Loop dimensions are grouped by where they appear — *batch* (output, a and b), *m* (output
 and a), *n* (output and b), *k* (reduction, a and b) — and each group is flattened, so
 ``bmm``, attention's ``[B, H, T, T]`` products and transposed operands all take the same
@@ -27,7 +37,9 @@ out-of-range k values are zero and by guarded stores.  Contractions the kernels 
 cover (other body ops, integer or f64 types, dynamic shapes, a broadcast output
 dimension) are left to ``latch-form-kernels``.
 
-Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16).
+Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16),
+``scatter`` (bool, default true: one-hot products as scatter kernels; false keeps them
+deterministic contractions).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-form-contraction-kernels, latch-form-kernels)'``

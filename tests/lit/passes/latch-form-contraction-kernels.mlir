@@ -1,6 +1,7 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels)' | FileCheck %s
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{mma=false})' | FileCheck %s --check-prefix=SIMT
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=PTX
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{scatter=false})' | FileCheck %s --check-prefix=NOSCATTER
 // Contractions on memrefs become launches of tiled kernels: bf16 operands (here an f32
 // weight rounded to bf16 inside the body, as precision="bf16" fuses it) -> tensor cores
 // (nvvm.mma.sync m16n8k16), f32 operands -> the SIMT kernel; anything else stays.  A bf16
@@ -143,6 +144,9 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // CHECK: memref.atomic_rmw addf %[[V]], %arg2[%[[ROW]], %{{.*}}]
 // CHECK-NOT: latch_contract
 // PTX: atom.global.add.f32
+// NOSCATTER-LABEL: func.func @combine(
+// NOSCATTER-NOT: memref.atomic_rmw
+// NOSCATTER: gpu.launch_func @latch_contract_0::@contract
 func.func @combine(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
   %h = memref.alloc() : memref<7000xf32>
   %h2 = memref.expand_shape %h [[0, 1]] output_shape [70, 100] : memref<7000xf32> into memref<70x100xf32>
