@@ -35,6 +35,14 @@ class ModulePass:
         return cls(**kwargs)
 
 
+def function_definitions(module):
+    """The ``func.func`` ops of ``module`` that have a body (declarations skipped)."""
+    for op in module.regions[0].blocks[0].operations:
+        op = op.operation if hasattr(op, "operation") else op
+        if op.name == "func.func" and op.regions and op.regions[0].blocks:
+            yield op
+
+
 def _convert(pass_name: str, key: str, raw: str, annotation) -> object:
     kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
     try:

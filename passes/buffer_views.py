@@ -1,5 +1,6 @@
-"""Views of buffers: which ops make a view of a memref, and the allocation (or function
-argument) a view comes from — shared by the passes that reason about which buffer an op
+"""Views of buffers and who writes them: which ops make a view of a memref, the allocation
+(or function argument) a view comes from, whether an op may write an allocation, and the
+generic that last wrote one — shared by the passes that reason about which buffer an op
 reads or writes (latch-wrap-host-compute, its row reductions, latch-form-contraction-kernels
 and its one-hot scatter)."""
 from __future__ import annotations
@@ -17,3 +18,69 @@ def root(v):
             break
         v = o.operands[0]
     return v
+
+
+def _op(o):
+    return o.operation if hasattr(o, "operation") else o
+
+
+def last_writer(buffer, op):
+    """The all-parallel ``linalg.generic`` that last wrote the whole allocation ``buffer``
+    views, before ``op`` in the same block; None if another op may have written it since
+    (or if that is not known)."""
+    from mlir import ir
+
+    base = root(buffer)
+    if hasattr(base.owner, "arguments") or not ir.MemRefType(base.type).has_static_shape:
+        return None                                  # a function argument
+    ops = [_op(o) for o in op.operation.block.operations]
+    here = next(i for i, o in enumerate(ops) if o == op)
+    for prev in reversed(ops[:here]):
+        if prev.name == "linalg.generic":
+            seg = list(ir.DenseI32ArrayAttr(prev.attributes["operandSegmentSizes"]))
+            outs = list(prev.operands)[seg[0]:]
+            if not any(root(o) == base for o in outs):
+                continue
+            its = [str(a) for a in ir.ArrayAttr(prev.attributes["iterator_types"])]
+            out_map = ir.AffineMapAttr(
+                list(ir.ArrayAttr(prev.attributes["indexing_maps"]))[-1]).value
+            bijective = out_map.is_permutation
+            whole = _numel(outs[-1].type) == _numel(base.type) if len(outs) == 1 else False
+            if whole and bijective and all("parallel" in t for t in its):
+                return prev
+            return None
+        if may_write(prev, base):
+            return None
+    return None
+
+
+def _numel(t) -> int:
+    from mlir import ir
+
+    n = 1
+    for x in ir.MemRefType(t).shape:
+        n *= x
+    return n
+
+
+def may_write(op, alloc) -> bool:
+    """Whether ``op`` (or anything nested in it) may write the allocation ``alloc``."""
+    from mlir import ir
+
+    if op.name in VIEW_OPS or op.name in ("memref.alloc", "memref.dealloc", "memref.load",
+                                           "memref.get_global") or \
+            op.name.startswith(("arith.", "math.", "index.", "gpu.")) and not op.regions:
+        return False
+    if op.name == "memref.store":
+        return root(op.operands[1]) == alloc
+    if op.name == "memref.copy":
+        return root(op.operands[1]) == alloc
+    if op.name == "linalg.generic":
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        return any(root(o) == alloc for o in list(op.operands)[seg[0]:])
+    if op.name in ("scf.yield", "scf.reduce", "linalg.yield", "func.return"):
+        return False
+    if any(isinstance(v.type, ir.MemRefType) and root(v) == alloc for v in op.operands):
+        return True                       # e.g. a named linalg op or a call taking it
+    return any(may_write(_op(inner), alloc) for region in op.regions
+               for blk in region.blocks for inner in blk.operations)

@@ -48,10 +48,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import ModulePass
-from latch.passes.buffer_views import VIEW_OPS as _VIEW_OPS
-from latch.passes.buffer_views import root as _root
-from latch.passes.generic_body import clone_body_ops
+from latch.passes.base import ModulePass, function_definitions
+from latch.passes.buffer_views import last_writer
+from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
 
@@ -103,8 +102,30 @@ class Contraction:
 _PURE_PREFIXES = ("arith.", "math.")
 
 
-def _side(value, block, inputs_maps, n_inputs):
-    """The Operand computing ``value`` inside ``block`` (None if it uses anything else)."""
+def map_dims(op) -> list:
+    """Per operand of the generic ``op``, its indexing map as ``("d", loop)`` or ``("c",
+    value)`` per result; None for a map with any other expression."""
+    from mlir import ir
+
+    maps = []
+    for attr in ir.ArrayAttr(op.attributes["indexing_maps"]):
+        res = []
+        for expr in ir.AffineMapAttr(attr).value.results:
+            if isinstance(expr, ir.AffineDimExpr):
+                res.append(("d", ir.AffineDimExpr(expr).position))
+            elif isinstance(expr, ir.AffineConstantExpr):
+                res.append(("c", ir.AffineConstantExpr(expr).value))
+            else:
+                res = None
+                break
+        maps.append(res)
+    return maps
+
+
+def side_of(value, block, inputs_maps, n_inputs):
+    """The Operand computing ``value`` inside ``block``, a generic's body whose inputs have
+    the maps ``inputs_maps`` (``map_dims``); None if it uses anything but inputs (with
+    plain maps), loop indices, values from outside and pure arith/math ops and loads."""
     from mlir import ir
 
     body = [_op(o) for o in block.operations]
@@ -121,8 +142,8 @@ def _side(value, block, inputs_maps, n_inputs):
         if hasattr(owner, "arguments"):                    # a block argument
             if owner == block:
                 i = ir.BlockArgument(v).arg_number
-                if i >= n_inputs:
-                    return None                             # the accumulator
+                if i >= n_inputs or inputs_maps[i] is None:
+                    return None             # the accumulator, or an input with a non-plain map
                 args.add(i)
                 dims.update(d for kind, d in inputs_maps[i] if kind == "d")
             else:
@@ -165,19 +186,10 @@ def match_contraction(op) -> Contraction | None:
         return None
     its = [str(x) for x in ir.ArrayAttr(op.attributes["iterator_types"])]
     n_loops = len(its)
-    maps = []
-    for attr in ir.ArrayAttr(op.attributes["indexing_maps"]):
-        amap = ir.AffineMapAttr(attr).value
-        res = []
-        for expr in amap.results:
-            if isinstance(expr, ir.AffineDimExpr):
-                res.append(("d", ir.AffineDimExpr(expr).position))
-            elif isinstance(expr, ir.AffineConstantExpr) and \
-                    ir.AffineConstantExpr(expr).value == 0:
-                res.append(("c", 0))
-            else:
-                return None
-        maps.append(res)
+    maps = map_dims(op)
+    if any(m is None or any(m_res != ("c", 0) for m_res in m if m_res[0] == "c")
+           for m in maps):
+        return None
     out_dims = [d for kind, d in maps[-1] if kind == "d"]
     if len(out_dims) != len(maps[-1]) or len(set(out_dims)) != len(out_dims):
         return None
@@ -208,7 +220,7 @@ def match_contraction(op) -> Contraction | None:
     if str(mul.results[0].type) != "f32" or \
             any(u.owner != add for u in mul.results[0].uses):
         return None
-    sides = [_side(v, block, maps, n_inputs) for v in mul.operands]
+    sides = [side_of(v, block, maps, n_inputs) for v in mul.operands]
     if None in sides:
         return None
     covered = [o for s in sides for o in s.ops] + [mul, add, ops[-1]]
@@ -273,7 +285,7 @@ def _is_indicator(value, op, inputs) -> bool:
         i = ir.BlockArgument(value).arg_number
         if i >= len(inputs):
             return False
-        writer = _last_writer(inputs[i], op)
+        writer = last_writer(inputs[i], op)
         if writer is None:
             return False
         block = writer.regions[0].blocks[0]
@@ -285,68 +297,6 @@ def _is_indicator(value, op, inputs) -> bool:
 def _is_mask_value(value) -> bool:
     o = _op(value.owner)
     return o.name in ("arith.uitofp", "arith.sitofp") and str(o.operands[0].type) == "i1"
-
-
-def _last_writer(buffer, op):
-    """The all-parallel ``linalg.generic`` that last wrote the whole allocation ``buffer``
-    views, before ``op`` in the same block; None if another op may have written it since
-    (or if that is not known)."""
-    from mlir import ir
-
-    root = _root(buffer)
-    if hasattr(root.owner, "arguments") or not ir.MemRefType(root.type).has_static_shape:
-        return None                                  # a function argument
-    ops = [_op(o) for o in op.operation.block.operations]
-    here = next(i for i, o in enumerate(ops) if o == op)
-    for prev in reversed(ops[:here]):
-        if prev.name == "linalg.generic":
-            seg = list(ir.DenseI32ArrayAttr(prev.attributes["operandSegmentSizes"]))
-            outs = list(prev.operands)[seg[0]:]
-            if not any(_root(o) == root for o in outs):
-                continue
-            its = [str(a) for a in ir.ArrayAttr(prev.attributes["iterator_types"])]
-            out_map = ir.AffineMapAttr(
-                list(ir.ArrayAttr(prev.attributes["indexing_maps"]))[-1]).value
-            bijective = out_map.is_permutation
-            whole = _numel(outs[-1].type) == _numel(root.type) if len(outs) == 1 else False
-            if whole and bijective and all("parallel" in t for t in its):
-                return prev
-            return None
-        if _may_write(prev, root):
-            return None
-    return None
-
-
-def _numel(t) -> int:
-    from mlir import ir
-
-    n = 1
-    for x in ir.MemRefType(t).shape:
-        n *= x
-    return n
-
-
-def _may_write(op, root) -> bool:
-    """Whether ``op`` (or anything nested in it) may write the allocation ``root``."""
-    from mlir import ir
-
-    if op.name in _VIEW_OPS or op.name in ("memref.alloc", "memref.dealloc", "memref.load",
-                                           "memref.get_global") or \
-            op.name.startswith(("arith.", "math.", "index.", "gpu.")) and not op.regions:
-        return False
-    if op.name == "memref.store":
-        return _root(op.operands[1]) == root
-    if op.name == "memref.copy":
-        return _root(op.operands[1]) == root
-    if op.name == "linalg.generic":
-        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-        return any(_root(o) == root for o in list(op.operands)[seg[0]:])
-    if op.name in ("scf.yield", "scf.reduce", "linalg.yield", "func.return"):
-        return False
-    if any(isinstance(v.type, ir.MemRefType) and _root(v) == root for v in op.operands):
-        return True                       # e.g. a named linalg op or a call taking it
-    return any(_may_write(_op(inner), root) for region in op.regions
-               for blk in region.blocks for inner in blk.operations)
 
 
 # ---------------------------------------------------------------------------------------
@@ -580,8 +530,9 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
 
     def load_tile(k0: str) -> list:
         """Issue the global loads of both operands' k-tile at ``k0`` (packed bf16 pairs in
-        registers); returns the (shared buffer, tile, row, pair column, value) to store:
-        an i32, or a vector<4xi32> (8 bf16 read in one 16-byte load)."""
+        registers); returns the (shared buffer, tile, row, pair column, value, vector) to
+        store: an i32, or with ``vector`` a vector<4xi32> (8 bf16 read in one 16-byte
+        load)."""
         out = []
         for which, (tile, smem, row0, row_group) in enumerate(
                 ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
@@ -606,13 +557,13 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
                 hi = t.emit(f"arith.extui {t.emit(f'arith.bitcast {hi} : bf16 to {i16}')} "
                             f": {i16} to {i32}")
                 hi = t.emit(f"arith.shli {hi}, {t.const(16, i32)} : {i32}")
-                out.append((smem, tile, r, kp, t.emit(f"arith.ori {lo}, {hi} : {i32}")))
+                out.append((smem, tile, r, kp, t.emit(f"arith.ori {lo}, {hi} : {i32}"), False))
         return out
 
     def store_tile(values) -> None:
-        for smem, tile, r, kp, packed in values:
-            if packed.startswith("vec:"):
-                t.line(f"vector.store {packed[4:]}, {smem}[{r}, {kp}] {{alignment = 16}} : "
+        for smem, tile, r, kp, packed, vector in values:
+            if vector:
+                t.line(f"vector.store {packed}, {smem}[{r}, {kp}] {{alignment = 16}} : "
                        f"memref<{tile}x{PAD}xi32, {_WG}>, vector<4xi32>")
             else:
                 t.line(f"memref.store {packed}, {smem}[{r}, {kp}] : "
@@ -725,7 +676,7 @@ def _vector_tile_loads(t: _Text, k: _Kernel, which: int, i: int, batch: dict, ti
         v = t.emit(f"vector.load %I{i}[{k.indices(i, dims)}] {{alignment = 16}} : "
                    f"{mtype}, vector<8xbf16>")
         w = t.emit(f"vector.bitcast {v} : vector<8xbf16> to vector<4xi32>")
-        out.append((smem, tile, r, t.mul(j, 4), "vec:" + w))
+        out.append((smem, tile, r, t.mul(j, 4), w, True))
     return out
 
 
@@ -836,10 +787,7 @@ class FormContractionKernels(ModulePass):
 
         top = module.regions[0].blocks[0]
         found = []
-        for f in list(top.operations):
-            f = _op(f)
-            if f.name != "func.func" or not f.regions[0].blocks:
-                continue
+        for f in function_definitions(module):
             for op in list(f.regions[0].blocks[0].operations):
                 con = match_contraction(_op(op))
                 if con is not None:
@@ -970,6 +918,28 @@ def _add_partial_sums(workspace, c) -> None:
         ir.Operation.create("linalg.yield", [], [total])
 
 
+def load_factor_inputs(con: Contraction, side: Operand, inputs, dims, mapping: dict) -> None:
+    """Load, at the loop indices ``dims``, the generic inputs that factor ``side`` reads,
+    from ``inputs`` (the generic's own inputs, or a kernel's arguments standing for them);
+    ``mapping`` receives the body arguments' replacements."""
+    from mlir import ir
+
+    block = con.op.regions[0].blocks[0]
+    zero = None
+    for i in side.args:
+        idx = []
+        for kind, d in con.maps[i]:
+            if kind == "d":
+                idx.append(dims[d])
+            else:
+                if zero is None:
+                    zero = index_constant(0)
+                idx.append(zero)
+        elt = ir.MemRefType(con.inputs[i].type).element_type
+        mapping[block.arguments[i]] = ir.Operation.create(
+            "memref.load", [elt], [inputs[i]] + idx).result
+
+
 def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
     """Replace each factor placeholder of the kernel by the factor's body ops, cloned with
     the generic's inputs read at the placeholder's loop indices."""
@@ -981,39 +951,23 @@ def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
     n_in = len(con.inputs)
     inputs = list(entry.arguments)[:n_in]
     captured = list(entry.arguments)[n_in + 1:]
-    block = con.op.regions[0].blocks[0]
-    index = ir.IndexType.get()
-    # the kernels emit every factor load in the kernel's entry block (a pipeline prologue),
-    # in the body of the k-tile loop (a top-level scf.for) or in the scf.if there that skips
-    # all-zero mask tiles: searching those blocks (not the whole kernel) keeps this linear
+    # the kernels emit every factor load in the body of the k-tile loop (a top-level
+    # scf.for) or in the scf.if there that skips all-zero mask tiles: searching those
+    # blocks (not the whole kernel) keeps this linear
     loops = [_op(o) for o in entry.operations if _op(o).name == "scf.for"]
-    blocks = [entry] + [loop.regions[0].blocks[0] for loop in loops]
+    blocks = [loop.regions[0].blocks[0] for loop in loops]
     blocks += [_op(o).regions[0].blocks[0] for b in list(blocks) for o in b.operations
                if _op(o).name == "scf.if"]
     placeholders = [_op(o) for b in blocks for o in b.operations
                     if _op(o).name == _PLACEHOLDER]
-    if len(placeholders) != expected:      # the generators put every load in that loop
+    if len(placeholders) != expected:      # the generators put every load in those blocks
         raise AssertionError(f"found {len(placeholders)} of {expected} factor placeholders")
     for ph in placeholders:
         side = con.sides[ir.IntegerAttr(ph.attributes["side"]).value]
         dims = list(ph.operands)
         mapping = {}
         with ir.InsertionPoint(ph), ph.location:
-            zero = None
-            for i in side.args:
-                idx = []
-                for kind, d in con.maps[i]:
-                    if kind == "d":
-                        idx.append(dims[d])
-                    else:
-                        if zero is None:
-                            zero = ir.Operation.create(
-                                "arith.constant", [index],
-                                attributes={"value": ir.IntegerAttr.get(index, 0)}).result
-                        idx.append(zero)
-                elt = ir.MemRefType(con.inputs[i].type).element_type
-                mapping[block.arguments[i]] = ir.Operation.create(
-                    "memref.load", [elt], [inputs[i]] + idx).result
+            load_factor_inputs(con, side, inputs, dims, mapping)
             for v in side.captured:
                 if isinstance(v.type, ir.MemRefType):
                     mapping[v] = captured[next(j for j, w in enumerate(con.captured) if w == v)]

@@ -34,6 +34,42 @@ def index_constant(v: int):
                                attributes={"value": ir.IntegerAttr.get(index, v)}).result
 
 
+_PREDICATES = {"eq": 0, "ne": 1, "slt": 2, "sle": 3, "sgt": 4, "sge": 5, "ult": 6, "ule": 7,
+               "ugt": 8, "uge": 9}
+
+
+def compare(predicate: str, a, b):
+    """``arith.cmpi <predicate>, a, b`` at the current insertion point (an i1 value)."""
+    from mlir import ir
+
+    return ir.Operation.create(
+        "arith.cmpi", [ir.IntegerType.get_signless(1)], [a, b],
+        attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                    _PREDICATES[predicate])}).result
+
+
+def flat_launch(blocks: int, threads: int):
+    """A 1-D ``gpu.launch`` of ``blocks`` x ``threads`` at the current insertion point, with
+    its terminator; returns (its body block, the terminator, the global thread number
+    ``blockIdx.x * threads + threadIdx.x`` computed at the top of the body)."""
+    from mlir import ir
+    from mlir.dialects import gpu
+
+    index = ir.IndexType.get()
+    c1 = index_constant(1)
+    launch = gpu.LaunchOp((index_constant(blocks), c1, c1), (index_constant(threads), c1, c1))
+    body = launch.regions[0].blocks[0]
+    with ir.InsertionPoint(body):
+        bid, tid = body.arguments[0], body.arguments[3]
+        linear = tid
+        if blocks > 1:
+            scaled = ir.Operation.create("arith.muli", [index],
+                                         [bid, index_constant(threads)]).result
+            linear = ir.Operation.create("arith.addi", [index], [scaled, tid]).result
+        end = ir.Operation.create("gpu.terminator", [])
+    return body, end, linear
+
+
 def loop_ranges(op):
     """(indexing maps, static trip count of each loop or None) of a generic on memrefs."""
     from mlir import ir
@@ -86,12 +122,15 @@ def indices(m, dims) -> list:
     return out
 
 
-def load_inputs(block, ins, maps, dims, mapping: dict) -> None:
+def load_inputs(block, ins, maps, dims, mapping: dict, only=None) -> None:
     """Map the body arguments of the inputs ``ins`` (with indexing ``maps``) to their
-    elements loaded at the loop indices ``dims`` (a scalar input maps to itself)."""
+    elements loaded at the loop indices ``dims`` (a scalar input maps to itself); with
+    ``only``, just the inputs of those numbers."""
     from mlir import ir
 
     for j, (v, m) in enumerate(zip(ins, maps)):
+        if only is not None and j not in only:
+            continue
         if not isinstance(v.type, ir.MemRefType):
             mapping[block.arguments[j]] = v
             continue

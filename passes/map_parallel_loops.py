@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass
-from latch.passes.generic_body import delinearize, index_constant
+from latch.passes.base import ModulePass, function_definitions
+from latch.passes.generic_body import compare, delinearize, flat_launch, index_constant
 
 _MAX_GRID_X = 2 ** 31 - 1
 
@@ -68,11 +68,8 @@ class MapParallelLoops(ModulePass):
         threads = math.prod(self.block)
         if threads <= 0:
             return
-        for op in module.regions[0].blocks[0].operations:
-            op = _op(op)
-            if op.name != "func.func" or not op.regions or not op.regions[0].blocks:
-                continue
-            for inner in list(op.regions[0].blocks[0].operations):
+        for func_op in function_definitions(module):
+            for inner in list(func_op.regions[0].blocks[0].operations):
                 inner = _op(inner)
                 if inner.name == "scf.parallel":
                     _map(inner, threads)
@@ -80,7 +77,7 @@ class MapParallelLoops(ModulePass):
 
 def _map(par, threads: int) -> None:
     from mlir import ir
-    from mlir.dialects import gpu, scf
+    from mlir.dialects import scf
 
     seg = list(ir.DenseI32ArrayAttr(par.attributes["operandSegmentSizes"]))
     n = seg[0]
@@ -102,33 +99,17 @@ def _map(par, threads: int) -> None:
     if blocks > _MAX_GRID_X:
         return
     index = ir.IndexType.get()
-    i1 = ir.IntegerType.get_signless(1)
     body = par.regions[0].blocks[0]
     with ir.InsertionPoint(par), par.location:
-        c1 = index_constant(1)
-        launch = gpu.LaunchOp((index_constant(blocks), c1, c1),
-                              (index_constant(block_threads), c1, c1))
-        lb = launch.regions[0].blocks[0]
-    with ir.InsertionPoint(lb), par.location:
-        bid, tid = lb.arguments[0], lb.arguments[3]
-        linear = tid
-        if blocks > 1:
-            scaled = ir.Operation.create("arith.muli", [index],
-                                         [bid, index_constant(block_threads)]).result
-            linear = ir.Operation.create("arith.addi", [index], [scaled, tid]).result
-        guard = None
-        if total % block_threads:
-            cond = ir.Operation.create(
-                "arith.cmpi", [i1], [linear, index_constant(total)],
-                attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                            6)}).result    # ult
-            guard = scf.IfOp(cond)
-        end = ir.Operation.create("gpu.terminator", [])
-    where = guard.then_block if guard else None
-    with (ir.InsertionPoint(where) if where else ir.InsertionPoint(end)), par.location:
-        ranges = dict(enumerate(counts))
+        _, end, linear = flat_launch(blocks, block_threads)
+    guard = None
+    if total % block_threads:
+        with ir.InsertionPoint(end), par.location:
+            guard = scf.IfOp(compare("ult", linear, index_constant(total)))
+    inside = ir.InsertionPoint(guard.then_block) if guard else ir.InsertionPoint(end)
+    with inside, par.location:
         ivs = [None] * n
-        delinearize(linear, list(range(n)), ranges, ivs)
+        delinearize(linear, list(range(n)), counts, ivs)
         for k, (lo, _, st) in enumerate(bounds):
             v = ivs[k]
             if st != 1:

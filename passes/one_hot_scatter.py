@@ -25,7 +25,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.generic_body import clone_body_ops, delinearize, index_constant, indices
+from latch.passes.buffer_views import VIEW_OPS, last_writer, may_write, root
+from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
+                                       index_constant, load_inputs)
 
 _THREADS = 256
 
@@ -40,8 +42,7 @@ class Scatter:
     row_dim: int                # the output's row (target) loop dim
     space: object               # the generic computing the target (the contraction or W)
     to_space: dict              # contraction loop dim -> loop dim of ``space``
-    target: object              # the body value of ``space`` that is t(k)
-    target_ops: list            # body ops of ``space`` computing it, in order
+    target: object              # the Operand (form_contraction_kernels) of ``space`` that is t(k)
     value_side: int             # the factor that is V
     in_body: bool = True        # the mask is computed in the contraction's body
 
@@ -50,7 +51,7 @@ def match_one_hot_scatter(con):
     """A Scatter if contraction ``con`` (with a mask factor) is a one-hot scatter."""
     from mlir import ir
 
-    from latch.passes.form_contraction_kernels import _last_writer
+    from latch.passes.form_contraction_kernels import map_dims, side_of
 
     if con.indicator is None:
         return None
@@ -67,7 +68,7 @@ def match_one_hot_scatter(con):
         if v.owner != block:
             return None
         h = ir.BlockArgument(v).arg_number
-        writer = _last_writer(con.inputs[h], op)
+        writer = last_writer(con.inputs[h], op)
         if writer is None:
             return None
         # loop dims of the writer W <-> contraction dims, through H's two indexing maps
@@ -96,37 +97,30 @@ def match_one_hot_scatter(con):
     for a, b in ((cmp.operands[0], cmp.operands[1]), (cmp.operands[1], cmp.operands[0])):
         if not _is_coordinate(a, srow, space):
             continue
-        found = _dependence(b, space)
-        if found is None:
+        seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
+        target = side_of(b, space.regions[0].blocks[0], map_dims(space), seg[0])
+        if target is None or srow in target.dims or not target.dims <= allowed:
             continue
-        ops, dims = found
-        if srow in dims or not dims <= allowed:
-            continue
-        if space != op and not _reads_unchanged(space, ops, b, op):
+        if space != op and not _reads_unchanged(space, target, op):
             return None       # t(k) is recomputed at the contraction: its inputs must hold
-        return Scatter(con, row_dim, space, to_space, b, ops, 1 - con.indicator,
+        return Scatter(con, row_dim, space, to_space, target, 1 - con.indicator,
                        in_body=space == op)
     return None
 
 
-def _reads_unchanged(writer, ops, value, op) -> bool:
-    """Whether the buffers the mask writer reads to compute ``value`` (its inputs and any
+def _reads_unchanged(writer, target, op) -> bool:
+    """Whether the buffers the mask writer reads to compute ``target`` (its inputs and any
     buffer its body loads from) still hold the same data at ``op``: the scatter recomputes
     t(k) there, and bufferization reuses buffers, so nothing between may write them."""
     from mlir import ir
 
-    from latch.passes.buffer_views import root
-    from latch.passes.form_contraction_kernels import _may_write
-
-    block = writer.regions[0].blocks[0]
-    n_in = list(ir.DenseI32ArrayAttr(writer.attributes["operandSegmentSizes"]))[0]
-    buffers = [writer.operands[i] for i in _inputs_read(ops, value, block, n_in)]
-    buffers += [x for o in ops if o.name == "memref.load" for x in o.operands[:1]]
+    buffers = [writer.operands[i] for i in target.args]
+    buffers += [x for o in target.ops if o.name == "memref.load" for x in o.operands[:1]]
     roots = [root(b) for b in buffers if isinstance(b.type, ir.MemRefType)]
     between = [_op(o) for o in op.operation.block.operations]
     start = next(i for i, o in enumerate(between) if o == writer)
     end = next(i for i, o in enumerate(between) if o == op)
-    return not any(_may_write(o, r) for o in between[start + 1:end] for r in roots)
+    return not any(may_write(o, r) for o in between[start + 1:end] for r in roots)
 
 
 def _strip(v):
@@ -141,8 +135,6 @@ def _is_coordinate(v, dim: int, space) -> bool:
     """Whether body value ``v`` of generic ``space`` equals its loop index ``dim``: that
     loop's linalg.index (possibly cast), or an element of an arange buffer read at it."""
     from mlir import ir
-
-    from latch.passes.form_contraction_kernels import _last_writer
 
     while not hasattr(v.owner, "arguments") and _op(v.owner).name == "arith.index_cast":
         v = _op(v.owner).operands[0]
@@ -161,7 +153,7 @@ def _is_coordinate(v, dim: int, space) -> bool:
             ir.AffineDimExpr(amap.results[0]).position != dim:
         return False
     buf = space.operands[i]
-    writer = _last_writer(buf, space)
+    writer = last_writer(buf, space)
     if writer is None or len(ir.ArrayAttr(writer.attributes["iterator_types"])) != 1:
         return False
     wmap = ir.AffineMapAttr(list(ir.ArrayAttr(writer.attributes["indexing_maps"]))[-1]).value
@@ -172,51 +164,10 @@ def _is_coordinate(v, dim: int, space) -> bool:
     return _is_coordinate(yielded, 0, writer)
 
 
-def _dependence(v, space):
-    """(body ops computing ``v`` in order, the loop dims it depends on), or None if it uses
-    anything but inputs, loop indices, constants, pure arith/math and loads."""
-    from mlir import ir
-
-    block = space.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(space.attributes["indexing_maps"])]
-    seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
-    ops, dims, seen, stack = [], set(), set(), [v]
-    while stack:
-        x = stack.pop()
-        if hasattr(x.owner, "arguments"):
-            if x.owner != block:
-                continue
-            i = ir.BlockArgument(x).arg_number
-            if i >= seg[0]:
-                return None                       # the output element
-            for e in maps[i].results:
-                if isinstance(e, ir.AffineDimExpr):
-                    dims.add(ir.AffineDimExpr(e).position)
-                elif not isinstance(e, ir.AffineConstantExpr):
-                    return None
-            continue
-        o = _op(x.owner)
-        if o.parent is None or _op(o.parent) != _op(space):
-            continue                              # defined outside: a constant or buffer
-        pos = next(j for j, b in enumerate(body) if b == o)
-        if pos in seen:
-            continue
-        seen.add(pos)
-        if o.name == "linalg.index":
-            dims.add(ir.IntegerAttr(o.attributes["dim"]).value)
-        elif o.regions or not (o.name.startswith(("arith.", "math.")) or
-                               o.name == "memref.load"):
-            return None
-        ops.append((pos, o))
-        stack.extend(o.operands)
-    return [o for _, o in sorted(ops, key=lambda po: po[0])], dims
-
-
 def emit_scatter(sc: Scatter) -> None:
     """Replace the contraction by a gpu.launch: one thread per (batch, k, value dims)."""
     from mlir import ir
-    from mlir.dialects import gpu, scf
+    from mlir.dialects import scf
 
     con = sc.con
     op = con.op
@@ -230,19 +181,9 @@ def emit_scatter(sc: Scatter) -> None:
     total = math.prod(con.sizes[d] for d in order)
     blocks = -(-total // _THREADS)
     with ir.InsertionPoint(op), op.location:
-        c1 = index_constant(1)
-        launch = gpu.LaunchOp((index_constant(blocks), c1, c1),
-                              (index_constant(_THREADS), c1, c1))
-        lb = launch.regions[0].blocks[0]
-    with ir.InsertionPoint(lb), op.location:
-        end = ir.Operation.create("gpu.terminator", [])
+        _, end, lin = flat_launch(blocks, _THREADS)
     with ir.InsertionPoint(end), op.location:
-        bid, tid = lb.arguments[0], lb.arguments[3]
-        scaled = ir.Operation.create("arith.muli", [index],
-                                     [bid, index_constant(_THREADS)]).result
-        lin = ir.Operation.create("arith.addi", [index], [scaled, tid]).result
-        in_range = _cmp(lin, index_constant(total), 6)                 # ult
-        guard = scf.IfOp(in_range)
+        guard = scf.IfOp(compare("ult", lin, index_constant(total)))
     with ir.InsertionPoint(guard.then_block), op.location:
         dims = [None] * len(con.sizes)
         delinearize(lin, order, con.sizes, dims)
@@ -257,8 +198,8 @@ def emit_scatter(sc: Scatter) -> None:
         rows = ir.Operation.create(
             "arith.constant", [i64],
             attributes={"value": ir.IntegerAttr.get(i64, con.sizes[sc.row_dim])}).result
-        ok = ir.Operation.create("arith.andi", [i1], [_cmp(t64, zero, 5),    # sge
-                                                      _cmp(t64, rows, 2)]).result   # slt
+        ok = ir.Operation.create("arith.andi", [i1], [compare("sge", t64, zero),
+                                                      compare("slt", t64, rows)]).result
         hit = scf.IfOp(ok)
         with ir.InsertionPoint(hit.then_block):
             dims[sc.row_dim] = ir.Operation.create("arith.index_cast", [index], [t64]).result
@@ -269,15 +210,6 @@ def emit_scatter(sc: Scatter) -> None:
                                 attributes={"kind": ir.IntegerAttr.get(i64, 0)})   # addf
             scf.YieldOp([])
         scf.YieldOp([])
-
-
-def _cmp(a, b, predicate: int):
-    from mlir import ir
-
-    return ir.Operation.create(
-        "arith.cmpi", [ir.IntegerType.get_signless(1)], [a, b],
-        attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                    predicate)}).result
 
 
 def _target(sc: Scatter, dims: list):
@@ -296,40 +228,20 @@ def _target(sc: Scatter, dims: list):
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(space.attributes["indexing_maps"])]
     block = space.regions[0].blocks[0]
     mapping: dict = {}
-    for i in sorted(_inputs_read(sc.target_ops, sc.target, block, seg[0])):
-        buf = space.operands[i]
-        if isinstance(buf.type, ir.MemRefType):
-            elt = ir.MemRefType(buf.type).element_type
-            mapping[block.arguments[i]] = ir.Operation.create(
-                "memref.load", [elt], [buf] + indices(maps[i], sdims)).result
-        else:
-            mapping[block.arguments[i]] = buf
-    clone_body_ops(sc.target_ops, mapping, sdims)
-    return mapping.get(sc.target, sc.target)
-
-
-def _inputs_read(ops, value, block, n_inputs) -> set:
-    from mlir import ir
-
-    vals = [value] + [x for o in ops for x in o.operands]
-    return {ir.BlockArgument(x).arg_number for x in vals
-            if hasattr(x.owner, "arguments") and x.owner == block and
-            ir.BlockArgument(x).arg_number < n_inputs}
+    load_inputs(block, list(space.operands)[:seg[0]], maps, sdims, mapping,
+                only=sc.target.args)
+    clone_body_ops(sc.target.ops, mapping, sdims)
+    return mapping.get(sc.target.value, sc.target.value)
 
 
 def _value(sc: Scatter, dims: list):
     """V at the loop indices ``dims``: the value factor's body ops, cloned."""
-    from mlir import ir
+    from latch.passes.form_contraction_kernels import load_factor_inputs
 
     con = sc.con
     side = con.sides[sc.value_side]
-    block = con.op.regions[0].blocks[0]
     mapping: dict = {}
-    for i in side.args:
-        elt = ir.MemRefType(con.inputs[i].type).element_type
-        idx = [dims[d] if kind == "d" else index_constant(0) for kind, d in con.maps[i]]
-        mapping[block.arguments[i]] = ir.Operation.create(
-            "memref.load", [elt], [con.inputs[i]] + idx).result
+    load_factor_inputs(con, side, con.inputs, dims, mapping)
     clone_body_ops(side.ops, mapping, dims)
     return mapping.get(side.value, side.value)
 
@@ -339,20 +251,16 @@ def erase_dead_mask_writer(sc: Scatter) -> None:
     if nothing else reads that buffer (its [sources x rows] mask is the quadratic part)."""
     from mlir import ir
 
-    from latch.passes.buffer_views import VIEW_OPS as _VIEW_OPS
-    from latch.passes.buffer_views import root as _root
-
     if sc.in_body:
         return
     writer = sc.space
     seg = list(ir.DenseI32ArrayAttr(writer.attributes["operandSegmentSizes"]))
-    root = _root(list(writer.operands)[seg[0]])
-    stack, users = [root], []
+    stack, users = [root(list(writer.operands)[seg[0]])], []
     while stack:
         v = stack.pop()
         for use in v.uses:
             user = _op(use.owner)
-            if user.name in _VIEW_OPS:
+            if user.name in VIEW_OPS:
                 stack.extend(user.results)
             elif user.name != "memref.dealloc":
                 users.append(user)

@@ -32,7 +32,7 @@ import math
 
 from latch.passes.buffer_views import root as _root
 from latch.passes.form_contraction_kernels import match_contraction
-from latch.passes.generic_body import (accumulation, clone_body_ops, delinearize,
+from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
                                        index_constant, indices, load_inputs, loop_ranges)
 
 # combining op -> (gpu.all_reduce operation, identity)
@@ -120,7 +120,6 @@ def _emit(op, comb, par, red, maps, ranges) -> None:
 
     index = ir.IndexType.get()
     f32 = ir.F32Type.get()
-    i1 = ir.IntegerType.get_signless(1)
     kind, identity = _COMBINERS[comb.name]
     operands = list(op.operands)
     ins, out = operands[:-1], operands[-1]
@@ -145,11 +144,7 @@ def _emit(op, comb, par, red, maps, ranges) -> None:
             row = ir.Operation.create("arith.addi", [index], [scaled, sub]).result
         guard = None
         if n_out % per_block:                       # the last block's extra warps idle
-            in_range = ir.Operation.create(
-                "arith.cmpi", [i1], [row, index_constant(n_out)],
-                attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                            6)}).result    # ult
-            guard = scf.IfOp(in_range)
+            guard = scf.IfOp(compare("ult", row, index_constant(n_out)))
         ip = ir.InsertionPoint(guard.then_block) if guard else ir.InsertionPoint(lb)
     with ip, op.location:
         dims = [None] * len(ranges)
@@ -173,11 +168,7 @@ def _emit(op, comb, par, red, maps, ranges) -> None:
                             "uniform": ir.UnitAttr.get()}, regions=1).result
         else:
             total = _warp_reduce(partial, comb.name)
-        is0 = ir.Operation.create(
-            "arith.cmpi", [i1], [lane, index_constant(0)],
-            attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
-        ).result
-        store = scf.IfOp(is0)
+        store = scf.IfOp(compare("eq", lane, index_constant(0)))
         with ir.InsertionPoint(store.then_block):
             where = indices(maps[-1], dims)
             old = ir.Operation.create("memref.load", [f32], [out] + where).result

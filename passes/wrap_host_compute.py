@@ -51,8 +51,8 @@ from __future__ import annotations
 import dataclasses
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass
-from latch.passes.generic_body import (accumulation, clone_body_ops, delinearize,
+from latch.passes.base import ModulePass, function_definitions
+from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
                                        index_constant, load_inputs, loop_ranges)
 from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.buffer_views import root as _root
@@ -107,13 +107,6 @@ def _contains_parallel(op) -> object | None:
     return None
 
 
-def _functions(module):
-    for op in module.regions[0].blocks[0].operations:
-        op = _op(op)
-        if op.name == "func.func" and op.regions and op.regions[0].blocks:
-            yield op
-
-
 @dataclasses.dataclass(frozen=True)
 class WrapHostCompute(ModulePass):
     name = "latch-wrap-host-compute"
@@ -123,7 +116,7 @@ class WrapHostCompute(ModulePass):
     reduce_threads: int = 256
 
     def apply(self, module) -> None:
-        for func_op in _functions(module):
+        for func_op in function_definitions(module):
             body = func_op.regions[0].blocks[0]
             _splat_globals_to_fills(module, body)
             _drop_kernel_asserts(body)
@@ -1006,8 +999,6 @@ def _sum_reduction(op):
 
 
 def _parallel_full_reductions(body, threads: int) -> None:
-    from mlir import ir
-
     for op in list(body.operations):
         op = _op(op)
         found = _sum_reduction(op)
@@ -1110,11 +1101,7 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
             "gpu.all_reduce", [ftype], [loop.results[0]],
             attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op add>"),
                         "uniform": ir.UnitAttr.get()}, regions=1).result
-        is0 = ir.Operation.create(
-            "arith.cmpi", [ir.IntegerType.get_signless(1)], [tx, index_constant(0)],
-            attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
-        ).result
-        if_op = scf.IfOp(is0)
+        if_op = scf.IfOp(compare("eq", tx, index_constant(0)))
         with ir.InsertionPoint(if_op.then_block):
             finish(bid, total)
             scf.YieldOp([])
