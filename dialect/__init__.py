@@ -9,9 +9,9 @@
         p2, m2, v2 = lt.adamw(p, g, m, v, lr, step, beta1=0.9, beta2=0.999)
 
 Every op is described once, declaratively, in :data:`OPS` (one module per op family:
-``state_ops``, ``optimizer_ops``, ``control_ops``).  That description drives the verifier
-(``latch-verify``, :func:`latch.passes.latch_verify.verify_module`), the reference
-(``python -m latch.dialect.docgen > docs/dialect.md``) and its IRDL rendering
+``state_ops``, ``optimizer_ops``, ``control_ops``, ``collective_ops``).  That description
+drives the verifier (``latch-verify``, :func:`latch.passes.latch_verify.verify_module`), the
+reference (``python -m latch.dialect.docgen > docs/dialect.md``) and its IRDL rendering
 (:mod:`latch.dialect.irdl_bridge`).
 
 How the ops exist in MLIR 22: IRDL (``mlir.dialects.irdl``) cannot express two things the
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from mlir import ir
 
+from .collective_ops import OPS as _COLLECTIVE
 from .control_ops import OPS as _CONTROL
 from .opdef import OpDef, Violation
 from .optimizer_ops import OPS as _OPTIMIZER
@@ -44,7 +45,7 @@ from .state_ops import OPS as _STATE
 NAMESPACE = "latch"
 
 #: Every Latch op by full name ("latch.adamw"), in documentation order.
-OPS: dict[str, OpDef] = {d.name: d for d in (*_STATE, *_OPTIMIZER, *_CONTROL)}
+OPS: dict[str, OpDef] = {d.name: d for d in (*_STATE, *_OPTIMIZER, *_CONTROL, *_COLLECTIVE)}
 
 
 def load(ctx: ir.Context | None = None) -> ir.Context:

@@ -203,3 +203,12 @@ def scan(carries: Sequence[ir.Value], xs: Sequence[ir.Value], y_types: Sequence[
 def yield_(values: Sequence[ir.Value] = ()) -> ir.Operation:
     """``latch.yield``: ends an every/loop/scan body."""
     return _create("latch.yield", operands=values)
+
+
+# ------------------------------------------------------------------------- distributed
+def all_reduce(values: Sequence[ir.Value], bucket: int, reduction: str = "mean"
+               ) -> list[ir.Value]:
+    """``latch.all_reduce`` (tensor form) of one bucket -> the reduced values."""
+    return list(_create("latch.all_reduce", operands=values, results=[v.type for v in values],
+                        attributes={"bucket": _i64(bucket),
+                                    "reduction": ir.StringAttr.get(reduction)}).results)

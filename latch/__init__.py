@@ -19,13 +19,17 @@ def compile(model, rule, example_inputs, target="cpu", precision="fp32", **kwarg
     return _compile(model, rule, example_inputs, target=target, precision=precision, **kwargs)
 
 
-def load(path):
-    """Load a program saved with ``prog.save(path)``."""
+def load(path, **runtime_options):
+    """Load a program saved with ``prog.save(path)``.  A cuda program takes the runtime's
+    options: ``device`` (default: torch's current device), ``use_graph``, ``process_group``
+    (data-parallel programs; default: torch.distributed's default group)."""
     from latch.artifact import read_artifact
     manifest, files = read_artifact(path)
     if manifest.get("kind") == "cuda-update":   # runtime only: no MLIR needed
         from latch.runtime.program import CudaProgram
-        return CudaProgram(manifest, files)
+        return CudaProgram(manifest, files, **runtime_options)
+    if runtime_options:
+        raise TypeError(f"load() options {sorted(runtime_options)} apply to cuda programs only")
     if manifest.get("kind") == "update":
         from latch.program import Program
         return Program(manifest, files["program.mlir"].decode())

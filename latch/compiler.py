@@ -55,12 +55,18 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     ``model``: an ``nn.Module`` whose ``forward(*inputs)`` returns a scalar loss.
     ``rule``: a rule from :mod:`latch.optim`, or ``None`` to compile ``model`` (a module or a
     function) as a plain function returning tensors.
-    ``example_inputs``: a tuple of tensors with the shapes and dtypes of every later batch.
+    ``example_inputs``: a tuple of tensors with the shapes and dtypes of every later batch
+    (with ``distributed=True``: one rank's shard of the batch).
+    Other keywords are fields of :class:`latch.options.CompileOptions` (``opt_level``,
+    ``distributed``, ``bucket_mb``).
     """
     options = CompileOptions(target=target, precision=precision, on_nonfinite=on_nonfinite,
                              **kwargs)
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     if rule is None:
+        if options.distributed:
+            raise LatchError("distributed=True averages gradients between the backward pass and "
+                             "a learning rule; a plain function (rule=None) has neither")
         from latch.function import compile_function
         build = lambda: compile_function(model, inputs, options)  # noqa: E731
     else:

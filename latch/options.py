@@ -37,6 +37,11 @@ class CompileOptions:
     # fast examples (0.6 s vs 17 s of JIT for the char LM) for 1.5x slower updates; raise
     # it for long CPU runs.
     opt_level: int = 0
+    # Data-parallel training (README, "Several GPUs"): gradients (and the loss) are averaged
+    # over the ranks of a torch.distributed NCCL job between the backward pass and the rule,
+    # in buckets of at most ``bucket_mb`` MiB (PyTorch DDP's default bucket size).
+    distributed: bool = False
+    bucket_mb: float = 25.0
 
     def __post_init__(self):
         _check("target", self.target, TARGETS)
@@ -44,6 +49,18 @@ class CompileOptions:
         _check("on_nonfinite", self.on_nonfinite, NONFINITE)
         if self.opt_level not in (0, 1, 2, 3):
             raise LatchError(f"opt_level must be 0, 1, 2 or 3, got {self.opt_level!r}")
+        if not isinstance(self.distributed, bool):
+            raise LatchError(f"distributed must be True or False, got {self.distributed!r}")
+        if self.distributed and self.target != "cuda":
+            raise LatchError(f"distributed=True needs target='cuda' (the gradients are averaged "
+                             f"with NCCL); got target={self.target!r}")
+        if not (isinstance(self.bucket_mb, (int, float)) and 0 < self.bucket_mb < 1 << 20):
+            raise LatchError(f"bucket_mb must be a positive number of MiB, got "
+                             f"{self.bucket_mb!r}")
+
+    @property
+    def bucket_bytes(self) -> int:
+        return int(self.bucket_mb * (1 << 20))
 
     def digest(self) -> str:
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()

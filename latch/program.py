@@ -93,7 +93,9 @@ def front_half(model, rule, inputs, options, timer):
               zip(traced.param_names, traced.param_shapes, traced.param_dtypes)]
     input_types = [mlir_tensor_type(t.shape, t.dtype) for t in inputs]
     with timer("latch"):
-        program_text = build_update_module(params, rule, input_types)
+        program_text = build_update_module(
+            params, rule, input_types,
+            all_reduce_bucket_bytes=options.bucket_bytes if options.distributed else None)
     dump_to = dump_dir()
     if dump_to:
         _dump(dump_to, "update-trace.txt", traced.graph_text)

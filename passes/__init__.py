@@ -14,6 +14,8 @@ PASSES: dict[str, str] = {
     "latch-lower-schedules": "lower_schedules:LowerSchedules",
     "latch-lower-control": "lower_control:LowerControl",
     "latch-lower-optimizers": "lower_optimizers:LowerOptimizers",
+    "latch-lower-collectives": "lower_collectives:LowerCollectives",
+    "latch-schedule-collectives": "schedule_collectives:ScheduleCollectives",
     "latch-plan-memory": "plan_memory:PlanMemory",
     "latch-wrap-host-compute": "wrap_host_compute:WrapHostCompute",
     "latch-form-contraction-kernels": "form_contraction_kernels:FormContractionKernels",

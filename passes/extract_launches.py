@@ -23,6 +23,13 @@ location, ``"type": "ptr"``), the *base* pointer of the view: the kernel adds th
 launch (``copies``: ``{"src": location, "dst": {"state": i}, "bytes": n}``), so kernels always
 read the old state and write the new one elsewhere; a step is replayable as one CUDA graph.
 
+A buffer-form ``latch.all_reduce`` (data-parallel programs) becomes an entry of
+``collectives``: ``{"op": "all_reduce", "reduction", "bucket", "buffer": location, "dtype",
+"count", "bytes", "after_launch": k, "wait_before_launch": j}``: the runtime starts it after
+the first k launches and makes the program wait for it before launch j, the first later
+launch whose buffer arguments can address the bucket's bytes (so the launches in between
+overlap the reduction).
+
 Anything the schedule cannot express raises :class:`latch.errors.LatchError`: dynamic shapes,
 non-constant grid/block sizes or scalar arguments, host loops or any other host op, async
 launches.
@@ -206,6 +213,8 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
 
     consts: dict = {}
     launches = []
+    touched = []          # per launch: the byte ranges its buffer arguments can address
+    collectives = []
     arena_seen = False
     for op in ops[:-1]:
         n = op.name
@@ -243,7 +252,11 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
         elif n == "memref.dealloc":
             continue
         elif n == "gpu.launch_func":
-            launches.append(_launch(op, consts, loc, span, name))
+            launch, ranges = _launch(op, consts, loc, span, name)
+            launches.append(launch)
+            touched.append(ranges)
+        elif n == "latch.all_reduce" and len(op.operands) == 1 and not len(op.results):
+            collectives.append(_collective(op, loc, len(launches), name))
         else:
             raise LatchError(
                 f"@{name}: host op '{n}' cannot be part of a launch schedule (only constants, "
@@ -267,10 +280,44 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
             raise LatchError(f"@{name}: a new state value is another state's old buffer "
                              "(a permutation of states); not supported by the cuda target")
 
+    for c in collectives:
+        c["wait_before_launch"] = _first_toucher(c, touched)
+
     return {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
             "alignment": ALIGNMENT,
             "states": states, "inputs": inputs, "outputs": outputs,
-            "launches": launches, "copies": copies}
+            "launches": launches, "copies": copies, "collectives": collectives}
+
+
+def _collective(op, loc, issued_after: int, fname: str) -> dict:
+    """A buffer-form ``latch.all_reduce``: which buffer, how many elements, and where in the
+    launch list it starts (after the first ``after_launch`` launches)."""
+    from mlir import ir
+
+    bucket = op.operands[0]
+    if bucket not in loc:
+        raise LatchError(f"@{fname}: latch.all_reduce of a buffer the schedule does not know")
+    where = dict(loc[bucket])
+    if "arena" not in where:
+        raise LatchError(f"@{fname}: latch.all_reduce of a buffer outside the arena ({where})")
+    lay = _memref_layout(bucket.type, f"@{fname}: latch.all_reduce")
+    return {"op": "all_reduce",
+            "reduction": ir.StringAttr(op.attributes["reduction"]).value,
+            "bucket": int(ir.IntegerAttr(op.attributes["bucket"]).value),
+            "buffer": where, "dtype": lay["dtype"], "count": lay["shape"][0],
+            "bytes": lay["bytes"], "after_launch": issued_after}
+
+
+def _first_toucher(c: dict, touched: list) -> int:
+    """The index of the first launch after the collective starts that may read or write its
+    buffer (the runtime makes the program wait for the reduction there); the number of
+    launches if none does."""
+    start = c["buffer"]["arena"]
+    end = start + c["bytes"]
+    for i in range(c["after_launch"], len(touched)):
+        if any(space == "arena" and lo < end and start < hi for space, lo, hi in touched[i]):
+            return i
+    return len(touched)
 
 
 def _is_materialized_arena(v, planned: int) -> bool:
@@ -331,7 +378,7 @@ def _launch(op, consts, loc, span, fname) -> dict:
     shared_bytes = const_int(shared, "dynamic shared memory size") if shared is not None else 0
     kernel = ir.SymbolRefAttr(op.attributes["kernel"])
     mod, fn = kernel.value[0], kernel.value[-1]
-    args = []
+    args, ranges = [], []
     for i, v in enumerate(view.kernelOperands):
         if isinstance(v.type, ir.MemRefType):
             if v not in loc:
@@ -339,6 +386,7 @@ def _launch(op, consts, loc, span, fname) -> dict:
                                  "the schedule does not know")
             a = _base_pointer(dict(loc[v]), v.type, span.get(v, (None, 0)),
                               f"@{fname}: argument {i} of kernel {mod}::{fn}")
+            ranges.append(_addressed(a, v.type))
             a["type"] = "ptr"
             args.append(a)
         elif v in consts:
@@ -348,7 +396,27 @@ def _launch(op, consts, loc, span, fname) -> dict:
             raise LatchError(f"@{fname}: argument {i} ({v.type}) of kernel {mod}::{fn} is "
                              "computed on the host at run time; the schedule needs constants")
     return {"module": mod, "kernel": fn, "grid": grid, "block": block,
-            "shared_bytes": shared_bytes, "args": args}
+            "shared_bytes": shared_bytes, "args": args}, ranges
+
+
+def _addressed(a: dict, t) -> tuple[str, int, int]:
+    """(space, first byte, end byte) a memref argument with base pointer location ``a`` can
+    address; space is "arena" (offsets in the arena) or the name of another buffer."""
+    from mlir import ir
+
+    mt = ir.MemRefType(t)
+    strides, offset = mt.get_strides_and_offset()
+    eb = dtype_bytes(dtype_name(mt.element_type))
+    if "arena" in a:
+        space, base = "arena", a["arena"]
+    else:
+        space = next(k for k in ("state", "input", "output") if k in a)
+        space, base = f"{space} {a[space]}", a.get("byte_offset", 0)
+    if any(d == 0 for d in mt.shape):
+        return space, base, base
+    lo = offset + sum((d - 1) * s for d, s in zip(mt.shape, strides) if s < 0)
+    hi = offset + sum((d - 1) * s for d, s in zip(mt.shape, strides) if s > 0)
+    return space, base + lo * eb, base + (hi + 1) * eb
 
 
 def _base_pointer(a: dict, t, span, what: str) -> dict:

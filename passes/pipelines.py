@@ -41,13 +41,14 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     NamedPipeline(
         "latch-bufferize",
         "stage 'buffers': linalg on tensors -> linalg on memrefs (one-shot bufferization "
-        "across function boundaries, identity layouts) and the static memory plan",
+        "across function boundaries, identity layouts; gradient buckets of data-parallel "
+        "programs reduced as soon as they are final) and the static memory plan",
         ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops)",
-         "linalg-fuse-elementwise-ops",
+         "linalg-fuse-elementwise-ops", "latch-lower-collectives",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
-         "canonicalize", "cse", "latch-plan-memory"),
+         "canonicalize", "cse", "latch-schedule-collectives", "latch-plan-memory"),
     ),
     NamedPipeline(
         "latch-form-kernels",

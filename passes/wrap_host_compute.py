@@ -41,6 +41,9 @@ Rejected with a located error (the launch schedule cannot express them yet):
 * a value computed inside a wrapped run that is used outside it (other than through memory);
 * ``func.call`` (functions are not inlined into the update program on the GPU target).
 
+A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, in place: it
+becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
+
 Options: ``reduce-threads`` (int, default 256).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
@@ -65,6 +68,9 @@ _HOST_OK = {"arith.constant", "memref.alloc", "memref.alloca", "memref.dealloc",
             "memref.transpose", "memref.extract_strided_metadata", "func.return",
             "gpu.launch_func", "gpu.wait", "index.constant", "ub.poison"}
 _PURE_DIALECTS = ("arith.", "math.", "index.")
+# collectives stay on the host as launch-schedule entries of their own, in program order:
+# they end a run of host compute like a kernel does
+_COLLECTIVES = {"latch.all_reduce"}
 _CONTROL = {"scf.for", "scf.if", "scf.while", "scf.execute_region", "affine.for", "affine.if"}
 
 
@@ -789,10 +795,12 @@ def _walk(op):
 
 
 def _classify(op, compute_values) -> str:
-    """'host', 'parallel' or 'compute'."""
+    """'host', 'parallel', 'collective' or 'compute'."""
     name = op.name
     if name in _HOST_OK:
         return "host"
+    if name in _COLLECTIVES:
+        return "collective"
     if _is_parallel_op(op):
         return "parallel"
     if name == "func.call" or name == "func.call_indirect":
@@ -851,7 +859,7 @@ def _wrap(body) -> None:
                 raise PassError(f"latch-wrap-host-compute: '{op.name}' uses a value computed "
                                 "on the device", op.location)
             pending.append(op)
-        else:   # parallel op or return: the run ends
+        else:   # parallel op, collective or return: the run ends
             if current:
                 groups.append((current, hoist))
             current, hoist, pending = None, [], []

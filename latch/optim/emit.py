@@ -328,10 +328,30 @@ def _specs(params) -> list[ParamSpec]:
     return specs
 
 
+def _all_reduce(em: Emitter, loss: V, grads: list[V], bucket_bytes: int) -> tuple[V, list[V]]:
+    """One ``latch.all_reduce`` (mean) per bucket of :func:`latch.distributed.plan_buckets`;
+    returns the averaged loss and gradients."""
+    from latch.distributed import plan_buckets
+
+    buckets = plan_buckets([tensor_shape(g.type) for g in grads], bucket_bytes,
+                           tensor_shape(loss.type)[1])
+    grads = list(grads)
+    for b in buckets:
+        values = ([loss] if b.with_loss else []) + [grads[i] for i in b.grads]
+        reduced = em.op("latch.all_reduce", values, [v.type for v in values],
+                        {"bucket": i64_attr(b.index), "reduction": string("mean")})
+        if b.with_loss:
+            loss, reduced = reduced[0], reduced[1:]
+        for i, r in zip(b.grads, reduced):
+            grads[i] = r
+    return loss, grads
+
+
 def build_update_module(params: Sequence[tuple[str, str]], rule, input_types: Sequence[str] = (), *,
                         loss_and_grads: str | None = "loss_and_grads", loss_type: str = F32,
                         extra_result_types: Sequence[str] = (), update_name: str = "update",
-                        functions: str = "", call_op: str = "latch.call") -> str:
+                        functions: str = "", call_op: str = "latch.call",
+                        all_reduce_bucket_bytes: int | None = None) -> str:
     """Generic-form MLIR text of a module holding the training state and ``latch.update``.
 
     ``params``: ``[(name, "tensor<...xf32>"), ...]`` in the model's parameter order.
@@ -349,6 +369,9 @@ def build_update_module(params: Sequence[tuple[str, str]], rule, input_types: Se
     ``loss_and_grads=None``: no call; the update's inputs are the gradients (in parameter
     order, parameter types) followed by ``input_types``, and the loss is 0 (an optimizer-only
     program, for gradients computed elsewhere).
+    ``all_reduce_bucket_bytes``: data-parallel (``distributed=True``): the loss and the
+    gradients are averaged over the ranks by ``latch.all_reduce`` ops, one per bucket of at
+    most this many bytes (:func:`latch.distributed.plan_buckets`), before the rule sees them.
     """
     from latch.optim.rules import Rule
     if not isinstance(rule, Rule):
@@ -371,6 +394,8 @@ def build_update_module(params: Sequence[tuple[str, str]], rule, input_types: Se
             else:
                 res = em.op(call_op, call_ins, call_outs, {"callee": sym(loss_and_grads)})
             loss, grads, extras = res[0], res[1:1 + len(specs)], res[1 + len(specs):]
+        if all_reduce_bucket_bytes is not None:
+            loss, grads = _all_reduce(em, loss, list(grads), all_reduce_bucket_bytes)
         slots = [Slot(p.name, p.type, current[p.name], g) for p, g in zip(specs, grads)]
         step = current["step"]
         new_params, new_states = rule.emit(em, slots, current, step, Scope())

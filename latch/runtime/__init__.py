@@ -14,10 +14,12 @@ from latch.runtime.driver import CudaError, CudaUnavailableError
 __all__ = ["CudaProgram", "CudaError", "CudaUnavailableError", "load"]
 
 
-def load(path, device: int = 0, use_graph: bool | None = None):
-    """Load a cuda artifact (see :class:`latch.runtime.program.CudaProgram`)."""
+def load(path, device: int | None = None, use_graph: bool | None = None, process_group=None):
+    """Load a cuda artifact (see :class:`latch.runtime.program.CudaProgram`) onto ``device``
+    (default: torch's current device)."""
     from latch.runtime.program import CudaProgram
-    return CudaProgram.load(path, device=device, use_graph=use_graph)
+    return CudaProgram.load(path, device=device, use_graph=use_graph,
+                            process_group=process_group)
 
 
 def __getattr__(name):

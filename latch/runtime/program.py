@@ -1,6 +1,6 @@
 """Run a cuda ``.latch`` artifact: one arena, the state, the launch list, one CUDA graph.
 
-    prog = CudaProgram.load("sgd_update.latch")        # device 0; loads the PTX modules
+    prog = CudaProgram.load("sgd_update.latch")        # current device; loads the PTX
     prog.load_state({"w": w0})                          # other states start at zero
     loss = prog.step(x, y)                              # torch CUDA tensors in, tensors out
     prog.state_dict()                                   # {name: torch.Tensor} (copies)
@@ -27,6 +27,11 @@ pool, so it is capturable and outlives the program) ordered after PyTorch's curr
 and PyTorch's current stream is ordered after it, so results can be used directly.
 
 Inputs are checked (count, type, device, dtype, shape) before anything is launched.
+
+Data-parallel programs (``distributed=True``; ``process_group`` or torch.distributed's
+default group) average their gradient buckets over the ranks with NCCL between the launches
+the manifest names (:mod:`latch.runtime.collectives`), inside the same CUDA graph;
+``init(model)`` broadcasts rank 0's parameters.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import numpy as np
 from latch.errors import LatchError, NonFiniteError
 from latch.runtime import driver as drv
 from latch.runtime import guard
+from latch.runtime.collectives import Collectives
 
 _TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
                  "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool"}
@@ -125,8 +131,8 @@ class _Launch:
 class CudaProgram:
     """A loaded cuda artifact.  See the module docstring."""
 
-    def __init__(self, manifest: dict, files: dict[str, bytes], device: int = 0,
-                 use_graph: bool | None = None):
+    def __init__(self, manifest: dict, files: dict[str, bytes], device: int | None = None,
+                 use_graph: bool | None = None, process_group=None):
         import torch
 
         if manifest.get("kind") != "cuda-update":
@@ -154,6 +160,8 @@ class CudaProgram:
                                            f"{extra}")
         t0 = time.perf_counter()
         torch.cuda.init()
+        if device is None:      # the current device (under torchrun: torch.cuda.set_device)
+            device = torch.cuda.current_device()
         self.device = drv.Device.get(device)
         self.torch_device = torch.device("cuda", device)
         chip = manifest.get("target", {}).get("chip", "")
@@ -196,6 +204,9 @@ class CudaProgram:
         self.copies = [(self._resolve(c["src"]), self._resolve(c["dst"]), int(c["bytes"]))
                        for c in manifest.get("copies", []) if "state" not in c["dst"]]
         self._setup_guard()
+        self.collectives = Collectives(manifest.get("collectives", []), self._resolve,
+                                       self.arena, self.torch_device, self.torch_stream,
+                                       process_group)
         for buf in self.state_buffers:
             drv.memset_zero(buf.ptr, buf.nbytes, self.stream, buf.label)
         # the arena starts zeroed: results never depend on what cuMemAlloc recycled (a
@@ -277,11 +288,13 @@ class CudaProgram:
 
     # -- loading ----------------------------------------------------------------------------
     @classmethod
-    def load(cls, path, device: int = 0, use_graph: bool | None = None) -> "CudaProgram":
+    def load(cls, path, device: int | None = None, use_graph: bool | None = None,
+             process_group=None) -> "CudaProgram":
         from latch.artifact import read_artifact
 
         manifest, files = read_artifact(path)
-        return cls(manifest, files, device=device, use_graph=use_graph)
+        return cls(manifest, files, device=device, use_graph=use_graph,
+                   process_group=process_group)
 
     # -- addresses ----------------------------------------------------------------------------
     def _resolve(self, loc: dict) -> int:
@@ -362,8 +375,10 @@ class CudaProgram:
         state values and the loss (may clear the flag), copy the outputs (and the loss next
         to the flag), copy the new state values into the state buffers if the flag is set."""
         drv.memset_d32(self.flag_ptr, 1, 1, self.stream, "non-finite flag")
-        for launch in self.launches:
+        for i, launch in enumerate(self.launches):
+            self.collectives.before_launch(i)      # data-parallel: start / wait for buckets
             launch.enqueue(self.stream)
+        self.collectives.before_launch(len(self.launches))
         self._enqueue_guard(0)
         for src, dst, n in self.copies:
             drv.memcpy_dtod(dst, src, n, self.stream, "output")
@@ -396,6 +411,9 @@ class CudaProgram:
                                                    dtype=torch_dtype(spec["dtype"]))
         state = CudaTrainingState(self, values)
         self._activate(state, force=True)
+        # data-parallel: every rank starts from rank 0's parameters (as DDP does)
+        self.collectives.broadcast_from_rank0(
+            [b.view() for b in self.state_buffers if b.spec.get("kind") == "param"])
         return state
 
     def _activate(self, state: "CudaTrainingState", force: bool = False) -> None:
@@ -486,7 +504,7 @@ class CudaProgram:
                 "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
                 "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
-                "use_graph": self.use_graph}
+                "use_graph": self.use_graph, "collectives": self.collectives.describe()}
 
     def close(self) -> None:
         try:

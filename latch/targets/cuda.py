@@ -310,6 +310,7 @@ def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
         "modules": {name: f"kernels/{name}.ptx" for name in sorted(ptx)},
         "launches": schedule["launches"],
         "copies": schedule["copies"],
+        **({"collectives": schedule["collectives"]} if schedule.get("collectives") else {}),
         "abi": {"kernel_args": "bare-ptr", "index": "i64"},
         "build": {"block": block, "opt_level": opt_level,
                   "stages": ["latch-lower-rules", "latch-bufferize", "latch-wrap-host-compute",
@@ -414,6 +415,8 @@ def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
     manifest["param_names"] = list(traced.param_names)
     manifest["options"] = {"target": "cuda", "precision": options.precision,
                            "on_nonfinite": options.on_nonfinite}
+    if options.distributed:
+        manifest["options"].update(distributed=True, bucket_mb=options.bucket_mb)
     manifest["memory"] = {"arena_bytes": schedule["arena_bytes"],
                           "planned_arena_bytes": schedule["planned_arena_bytes"],
                           "buffer_bytes": schedule.get("buffer_bytes", 0),
@@ -481,6 +484,12 @@ class CudaProgramHandle:
                          f"{mem['planned_arena_bytes']:,} B)")
         lines.append(f"kernels per update: {len(m['launches'])} launches of "
                      f"{len(m['modules'])} kernel modules, {len(m['copies'])} state copies")
+        collectives = m.get("collectives", [])
+        if collectives:
+            first = min(c["after_launch"] for c in collectives)
+            lines.append(f"data-parallel: {len(collectives)} all-reduce buckets "
+                         f"({sum(c['bytes'] for c in collectives):,} B, mean over ranks); the "
+                         f"first starts after launch {first} of {len(m['launches'])}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -79,6 +79,7 @@ def _build_program() -> ir.Module:
             (x,) = lt.call(f, [x0])
             p, m1, v1, s = lt.read(w), lt.read(m), lt.read(v), lt.read("step", _t([], "i64"))
             lr = lt.warmup_cosine(s, peak=1e-3, warmup_steps=2, total_steps=10, final_ratio=0.1)
+            (x,) = lt.all_reduce([x], bucket=0)
             (g, h2), norm = lt.clip_global_norm([x, h], max_norm=1.0)
             p2, m2, v2 = lt.adamw(p, g, m1, v1, lr, s, weight_decay=0.1)
             p3, no_buf = lt.sgd(p2, g, lr, weight_decay=0.01)
