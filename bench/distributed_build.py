@@ -43,6 +43,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--only", default="mlp,char_lm")
     p.add_argument("--tinymoe", action="store_true")
+    p.add_argument("--bucket-mb", type=float, default=0.004,
+                   help="bucket size of the small models (small: several buckets, so the "
+                        "check covers overlapping reductions); TinyMoE uses the default 25")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -53,7 +56,10 @@ def main(argv=None) -> int:
     from reference import latch_rule, rel_l2, train_fp64, train_torch
 
     os.makedirs(OUT, exist_ok=True)
-    summary = {"ranks": args.ranks, "steps": args.steps}
+    summary = {}
+    if os.path.exists(os.path.join(OUT, "build.json")):
+        summary = json.load(open(os.path.join(OUT, "build.json")))
+    summary.update(ranks=args.ranks, steps=args.steps)
     for name in [w for w in args.only.split(",") if w]:
         make = MODELS[name]
         model, example = make(seed=0)
@@ -63,7 +69,8 @@ def main(argv=None) -> int:
         shard = tuple(x[: G // args.ranks] for x in example)
         rule = latch_rule(CONFIG, PATTERN)
         t0 = time.perf_counter()
-        dp = latch.compile(model, rule, shard, target="cuda", distributed=True)
+        dp = latch.compile(model, rule, shard, target="cuda", distributed=True,
+                           bucket_mb=args.bucket_mb)
         dp.save(os.path.join(OUT, f"{name}-dp.latch"))
         one = latch.compile(model, rule, example, target="cuda")
         one.save(os.path.join(OUT, f"{name}-1gpu.latch"))
@@ -83,7 +90,8 @@ def main(argv=None) -> int:
             ref[f"ref/{n}"] = a
             ref[f"torch32_err/{n}"] = np.array(rel_l2((p32 | s32)[n], a))
         np.savez(os.path.join(OUT, f"{name}.ref.npz"), **ref)
-        summary[name] = {"global_batch": G, "collectives": dp.manifest.get("collectives", []),
+        summary[name] = {"global_batch": G, "bucket_mb": args.bucket_mb,
+                         "collectives": dp.manifest.get("collectives", []),
                          "launches_dp": len(dp.manifest["launches"]),
                          "launches_1gpu": len(one.manifest["launches"])}
     if args.tinymoe:
