@@ -37,9 +37,16 @@ differ from a fake one or escape the record:
   torch's derivative formulas make the backward a function of the forward);
 - ``latch.scan`` / ``latch.repeat`` (the trace keeps them as loops);
 - nothing for size: a model too large to run eagerly in a fraction of a second
-  (:data:`MAX_WORK`) runs on *fake* tensors instead (``FakeTensorMode`` on the same device,
-  so autocast applies as in the trace; values are never computed, which the rules above
-  already make irrelevant); the record says which kind of run it is.
+  (:data:`MAX_WORK`) runs on *fake* tensors instead; the record says which kind of run it
+  is.  Values are never computed, which the rules above already make irrelevant.  The fake
+  run is a light one (:class:`_CpuMeta`, :class:`_CpuMetaMode`): meta tensors underneath,
+  run by torch's meta kernels as ``FakeTensorMode`` runs them, that say they are on the
+  cpu and carry the cpu's dispatch keys, so autocast and autograd apply as in the trace.
+  Unlike ``FakeTensorMode`` it does not import ``torch._dynamo`` (1.2 s of a warm hit in
+  a new process; :class:`_DynamoStub` says how the meta kernels' wrappers are kept from
+  importing it).  It refuses what it could answer otherwise than ``FakeTensorMode`` on the
+  cpu (another device, a sparse tensor, an op without a meta kernel, an in-place change
+  of shape); tests check that it records what a ``FakeTensorMode`` run records.
 
 The run leaves the model's tensors and torch's RNG as they were: parameters, buffers and
 inputs are copies, a dispatch mode refuses any write into memory the run did not allocate,
@@ -60,7 +67,7 @@ import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode, resolve_name
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from latch.cache import tensor_digest
 
@@ -69,9 +76,15 @@ MAX_WORK = 1 << 28
 of the largest input): roughly the work of one forward pass; above it the run uses fake
 tensors (TinyMoE-196M: 0.3 s instead of minutes of CPU arithmetic)."""
 
+FAKE = "meta"
+"""Which fake run a model above :data:`MAX_WORK` gets (see :func:`_run`)."""
+
 
 def _is_fake(t) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
+    """A tensor of a fake run: :class:`_CpuMeta` (the light run) or torch's FakeTensor."""
+    if type(t) is _CpuMeta:
+        return True
+    from torch._subclasses.fake_tensor import FakeTensor   # (imported by torch itself)
     return isinstance(t, FakeTensor)
 
 
@@ -140,6 +153,8 @@ def _torch_name(func) -> str:
 # ----------------------------------------------------------------------------- recording
 def _storage(t: torch.Tensor) -> int:
     try:
+        if type(t) is _CpuMeta:    # no memory: its meta storage's identity instead
+            return t.elem.untyped_storage()._cdata
         if _is_fake(t):            # no memory: the storage object's identity instead
             return t.untyped_storage()._cdata
         return t.untyped_storage().data_ptr()
@@ -160,6 +175,179 @@ def _data_dependent(func, args, kwargs) -> bool:
     if func is aten.one_hot.default:
         return (args[1] if len(args) > 1 else kwargs.get("num_classes", -1)) < 0
     return any(tag in _DATA_DEPENDENT_TAGS for tag in func.tags)
+
+
+# ----------------------------------------------------------------------------- light fake run
+_CPU, _META = torch.device("cpu"), torch.device("meta")
+
+
+class _CpuMeta(torch.Tensor):
+    """A tensor of the light fake run: a meta tensor (``elem``: shape, strides, dtype, no
+    memory) that says it is on the cpu.  As for torch's ``FakeTensor``, its dispatch keys are
+    the cpu's, so autocast and autograd treat it as a cpu tensor.  Only
+    :class:`_CpuMetaMode` computes with it."""
+
+    elem: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor):
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(),
+            dtype=elem.dtype, layout=elem.layout, device=_CPU, requires_grad=False)
+        t.elem = elem
+        return t
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def device(self) -> torch.device:     # (as FakeTensor: a property, so not recorded)
+        return _CPU
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types_, args=(), kwargs=None):
+        reason = f"{func} on a fake tensor outside the fake run's mode"
+        for refuse in _LIGHT_RUNS[-1:]:     # (torch code that disabled the modes: refused
+            refuse(reason)                  # even if some code catches the exception)
+        raise NotFingerprintable(reason)
+
+
+_LIGHT_RUNS: list[_Refusals] = []
+"""The refusals of the light fake run in progress (see :func:`_recording`)."""
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=_META)
+
+
+class _CpuMetaMode(TorchDispatchMode):
+    """Runs every aten op of the light fake run on the meta tensors underneath (torch's meta
+    kernels: what ``FakeTensorMode`` runs too) and gives back :class:`_CpuMeta` tensors.
+    Refuses (:class:`NotFingerprintable`) where it could answer otherwise than
+    ``FakeTensorMode`` on the cpu: another device, a layout but strided, a tensor subclass,
+    an op without a meta kernel, an op changing a tensor's shape or strides in place.
+    (torch's Python meta kernels call ``torch._check``, which imports sympy: 0.5 s.)"""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:   # (else torch wraps this mode in torch._dynamo)
+        return False
+
+    def __init__(self, refuse: Callable[[str], NotFingerprintable] = NotFingerprintable):
+        super().__init__()
+        self.refuse = refuse
+        self.constants: dict[int, torch.Tensor] = {}    # id(real tensor) -> its meta twin
+        self.keep: list[torch.Tensor] = []              # (so that those ids stay unique)
+
+    def _meta(self, x, inputs: dict):
+        if type(x) is _CpuMeta:
+            inputs[id(x.elem)] = x
+            return x.elem
+        if isinstance(x, torch.Tensor):          # a tensor that existed before the run
+            if (type(x) not in _TENSOR_TYPES or x.device != _CPU
+                    or x.layout != torch.strided):
+                raise NotFingerprintable(f"a {type(x).__qualname__} on {x.device} "
+                                         f"({x.layout}) in a fake run")
+            m = self.constants.get(id(x))
+            if m is None:
+                m = self.constants[id(x)] = _meta_like(x)
+                self.keep.append(x)
+            return m
+        if isinstance(x, torch.device):
+            if x.type != "cpu":
+                raise NotFingerprintable(f"a tensor on {x} (the trace runs on the cpu)")
+            return _META
+        return x
+
+    def _wrap(self, func, x, inputs: dict):
+        if not isinstance(x, torch.Tensor):
+            return x
+        own = inputs.get(id(x))
+        if own is not None:                      # an input returned (in place, ...)
+            if (own.size() != x.size() or own.stride() != x.stride() or own.dtype != x.dtype
+                    or own.storage_offset() != x.storage_offset()):
+                raise NotFingerprintable(f"{func} changes a tensor's shape in place")
+            return own
+        if x.device != _META:
+            raise NotFingerprintable(f"{func} gives a tensor on {x.device}")
+        return _CpuMeta(x)
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        with torch._C.DisableTorchFunction():
+            try:
+                if torch.Tag.inplace_view in func.tags or func.name().startswith(
+                        ("aten::resize", "aten::set_")):
+                    raise NotFingerprintable(f"{func} changes a tensor's shape in place")
+                if any(a.name == "device" and kwargs.get("device", a.default_value) is None
+                       and a.kwarg_only for a in func._schema.arguments):
+                    kwargs["device"] = _CPU  # the default device (checked: the cpu)
+                inputs: dict[int, _CpuMeta] = {}
+                args, kwargs = pytree.tree_map(lambda x: self._meta(x, inputs),
+                                               (tuple(args), kwargs))
+                try:
+                    out = func(*args, **kwargs)
+                except NotImplementedError as e:
+                    raise NotFingerprintable(f"{func} has no meta kernel ({e})") from None
+                return pytree.tree_map(lambda x: self._wrap(func, x, inputs), out)
+            except NotFingerprintable as e:
+                raise self.refuse(str(e)) from None
+
+
+class _DynamoStub(types.ModuleType):
+    """Stands in for ``torch._dynamo`` (when not imported yet) during a light fake run.
+
+    torch's Python meta kernels (``torch._refs``, ``torch._prims_common.wrappers``) are
+    wrapped by ``torch._disable_dynamo``, which imports ``torch._dynamo`` (1.2 s) on their
+    first call only to wrap them in ``torch._dynamo.disable`` (no Dynamo frame evaluation
+    while they run).  Nothing is compiled by Dynamo in a process that has not imported it, so
+    calling the kernel itself is the same: :meth:`disable` returns it as it is (and the run
+    takes that mark off again, :func:`_without_dynamo`).  Anything else asked of this module
+    refuses the run (its answer could differ) and hands over to the real ``torch._dynamo``
+    (imported then), so that other code in the process gets what it asked for."""
+
+    def __init__(self, refuse: Callable[[str], Any]):
+        super().__init__("torch._dynamo")
+        self.refuse = refuse
+        self.disabled: list = []
+
+    def disable(self, fn, recursive=True, wrapping=True):
+        self.disabled.append(fn)
+        return fn
+
+    def release(self):
+        """Take this stand-in out of ``sys.modules`` (if it is still there)."""
+        import sys
+        if sys.modules.get("torch._dynamo") is self:
+            del sys.modules["torch._dynamo"]
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__") and name != "__path__":
+            raise AttributeError(name)      # introspection (inspect looks for __file__)
+        import importlib
+        self.refuse(f"torch._dynamo.{name} is asked for in the fingerprint run")
+        self.release()
+        return getattr(importlib.import_module("torch._dynamo"), name)
+
+
+@contextlib.contextmanager
+def _without_dynamo(refuse: Callable[[str], Any]):
+    """:class:`_DynamoStub` in ``sys.modules`` while the light run runs, if ``torch._dynamo``
+    is not imported yet; then the marks ``torch._disable_dynamo`` left on the kernels are
+    taken off (their next call outside the run wraps them in the real ``disable``)."""
+    import sys
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    stub = _DynamoStub(refuse)
+    sys.modules["torch._dynamo"] = stub
+    try:
+        yield
+    finally:
+        stub.release()
+        if torch.__dict__.get("_dynamo") is stub:
+            del torch.__dict__["_dynamo"]
+        for fn in stub.disabled:
+            if getattr(fn, "__dict__", {}).get("__dynamo_disable") is fn:
+                del fn.__dict__["__dynamo_disable"]
 
 
 class _Refusals:
@@ -258,7 +446,8 @@ class _Recorder(TorchFunctionMode):
                 raise self.refuse("a tensor computed outside the recorded torch calls "
                                   "(a TorchScript function, a custom mode, ...)")
             label = f"c{len(self.constants)}"   # a tensor that existed before the run
-            self.write(["constant", label, tensor_digest(t)])
+            with _disable_current_modes():      # (its bytes, not a fake run's copy of it)
+                self.write(["constant", label, tensor_digest(t)])
             self.constants.add(id(t))
             self.name(t, label)
         return label
@@ -322,7 +511,8 @@ class _Recorder(TorchFunctionMode):
             raise self.refuse(f"{name} changes a tensor the model did not create")
         try:
             out = func(*args, **kwargs)
-        except NotFingerprintable:
+        except NotFingerprintable as e:    # kept, even if the model's code catches it
+            self.refuse(str(e))
             raise
         except BaseException as e:  # a fake run might not raise here: the paths could part
             self.refuse(f"{name} raised {type(e).__name__}")
@@ -334,9 +524,11 @@ class _Recorder(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def _recording(header: list, own: list[torch.Tensor], precision: str):
+def _recording(header: list, own: list[torch.Tensor], precision: str,
+               light: _CpuMetaMode | None = None):
     """The run's environment (as Latch's trace: see the module docstring), with the recorder
-    on top; torch's CPU RNG state, thread count and fx-tracing flag are restored after."""
+    on top (and the light fake run's mode under the allocation checks, when ``light``);
+    torch's CPU RNG state, thread count and fx-tracing flag are restored after."""
     import torch.fx._symbolic_trace as fx_trace
 
     from latch.frontend import structured
@@ -347,19 +539,30 @@ def _recording(header: list, own: list[torch.Tensor], precision: str):
     refuse = _Refusals()
     allocations = _Allocations(own, refuse)
     recorder = _Recorder(allocations, refuse)
+    if light is not None:
+        light.refuse = refuse
+        _LIGHT_RUNS.append(refuse)
     recorder.write(["latch-fingerprint/1", *header, str(torch.get_default_dtype()),
                     torch.are_deterministic_algorithms_enabled()])
     try:
         torch.set_num_threads(1)            # small tensors (MAX_WORK): threads only cost
         fx_trace._is_fx_tracing_flag = True  # as under make_fx
-        with tracing_context(precision), \
-                structured.recording("fingerprint", precision) as loops, allocations, recorder:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(tracing_context(precision))
+            loops = stack.enter_context(structured.recording("fingerprint", precision))
+            if light is not None:
+                stack.enter_context(_without_dynamo(refuse))
+                stack.enter_context(light)
+            stack.enter_context(allocations)
+            stack.enter_context(recorder)
             yield recorder
         if loops.refused:        # refused, and the model's code caught the exception
             refuse(f"{loops.refused} is traced into a loop")
         if refuse.reasons:
             raise NotFingerprintable(refuse.reasons[0])
     finally:
+        if light is not None:
+            _LIGHT_RUNS.remove(refuse)
         fx_trace._is_fx_tracing_flag = fx_flag
         torch.set_num_threads(threads)
         torch.set_rng_state(rng)
@@ -395,25 +598,37 @@ def _check_backward(loss: torch.Tensor) -> None:
 
 
 def _run(kind: str, precision: str, params, buffers, inputs, call: Callable, grad: bool,
-         fake: bool = False):
-    """``call(params, buffers, inputs)`` on copies of the tensors (fake ones when ``fake``),
-    recorded; returns (recorder, output).  Parameters are ``p<i>`` (requiring grad, as under
-    the trace's ``grad_and_value``), buffers ``b<i>`` (their values are in the header),
-    inputs ``x<i>``."""
-    mode = contextlib.nullcontext()
+         fake: str | None = None):
+    """``call(params, buffers, inputs)`` on copies of the tensors, recorded; returns
+    (recorder, output).  The copies are real (``fake`` None), :class:`_CpuMeta` tensors
+    (``"meta"``: the light fake run) or torch's fake tensors (``"torch"``: FakeTensorMode,
+    which imports torch._dynamo and sympy; kept to check the light run against).  Parameters
+    are ``p<i>`` (requiring grad, as under the trace's ``grad_and_value``), buffers ``b<i>``
+    (their values are in the header), inputs ``x<i>``."""
+    mode, light = contextlib.nullcontext(), None
     copy = lambda t: t.detach().clone()  # noqa: E731
-    if fake:
+    if fake == "meta":
+        if torch.get_default_device() != _CPU:
+            raise NotFingerprintable(f"the default device is {torch.get_default_device()}")
+        light = _CpuMetaMode()
+        copy = lambda t: _CpuMeta(_meta_like(t))  # noqa: E731
+    elif fake == "torch":
         from torch._subclasses.fake_tensor import FakeTensorMode
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         copy = lambda t: mode.from_tensor(t.detach())  # noqa: E731
+    elif fake is not None:
+        raise ValueError(f"fake={fake!r}")
+    for t in (*params, *buffers, *inputs):
+        if fake and (t.device != _CPU or t.layout != torch.strided):
+            raise NotFingerprintable(f"a {t.layout} tensor on {t.device} in a fake run")
     with mode:
         own_p = [copy(p).requires_grad_(p.is_floating_point()) for p in params]
         own_b = [copy(b) for b in buffers]
         own_x = [copy(x) for x in inputs]
     header = [kind, precision, [[list(p.shape), str(p.dtype)] for p in params],
               [[list(x.shape), str(x.dtype)] for x in inputs],
-              [tensor_digest(b) for b in buffers], "fake" if fake else "eager"]
-    with mode, _recording(header, own_p + own_b + own_x, precision) as rec:
+              [tensor_digest(b) for b in buffers], f"fake-{fake}" if fake else "eager"]
+    with mode, _recording(header, own_p + own_b + own_x, precision, light) as rec:
         for prefix, own in (("p", own_p), ("b", own_b), ("x", own_x)):
             for i, t in enumerate(own):
                 rec.name(t, f"{prefix}{i}")
@@ -436,7 +651,7 @@ def fingerprint_loss_and_grads(model: nn.Module, example_inputs,
         state = {**dict(zip(pnames, ps)), **dict(zip(bnames, bs))}
         return torch.func.functional_call(model, state, tuple(xs))
     rec, loss = _run("loss_and_grads", precision, params, buffers, inputs, call, grad=True,
-                     fake=fake)
+                     fake=FAKE if fake else None)
     if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.is_floating_point()):
         raise NotFingerprintable("forward does not return a floating-point scalar")
     _check_backward(loss)
@@ -461,7 +676,7 @@ def fingerprint_function(fn, example_inputs, precision: str = "fp32") -> Fingerp
         def call(ps, bs, xs):
             return fn(*xs)
     rec, out = _run("function", precision, [], tensors, inputs, call, grad=False,
-                    fake=_too_large(tensors, inputs))
+                    fake=FAKE if _too_large(tensors, inputs) else None)
     leaves, treedef = pytree.tree_flatten(out)
     if not leaves or not all(isinstance(v, torch.Tensor) for v in leaves):
         raise NotFingerprintable("the function does not return only tensors")

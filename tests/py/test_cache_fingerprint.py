@@ -156,14 +156,14 @@ def test_a_model_too_large_to_run_eagerly_runs_on_fake_tensors(monkeypatch):
     real_run = fp._run
 
     def spy(*args, **kwargs):
-        calls.append(kwargs.get("fake", False))
+        calls.append(kwargs.get("fake"))
         return real_run(*args, **kwargs)
     monkeypatch.setattr(fp, "_run", spy)
     x = (torch.randn(512, 1000),)
     big = nn.Sequential(nn.Linear(1000, 1000), nn.Flatten(0))
     before = big[0].weight.detach().clone()
     a = fingerprint_function(big, x).digest
-    assert calls == [True]
+    assert calls == ["meta"]
     assert fingerprint_function(big, x).digest == a
     assert torch.equal(big[0].weight, before)
     other = nn.Sequential(nn.Linear(1000, 1000), nn.ReLU(), nn.Flatten(0))
@@ -183,7 +183,119 @@ def test_a_model_too_large_to_run_eagerly_runs_on_fake_tensors(monkeypatch):
     # below the bound the same model runs eagerly, a record of another kind
     monkeypatch.setattr(fp, "MAX_WORK", 1 << 40)
     assert fingerprint_function(big, x).digest != a
-    assert calls[-1] is False
+    assert calls[-1] is None
+
+
+def _records(monkeypatch, fake: str, fingerprint) -> list:
+    """The record (without its header) of ``fingerprint()`` run on fake tensors of kind
+    ``fake`` ("meta": the light run; "torch": FakeTensorMode)."""
+    import latch.frontend.fingerprint as fp
+    entries = []
+    write = fp._Recorder.write
+
+    def spy(self, entry):
+        entries.append(json.loads(fp._canonical(entry)))
+        write(self, entry)
+    monkeypatch.setattr(fp._Recorder, "write", spy)
+    monkeypatch.setattr(fp, "MAX_WORK", 0)
+    monkeypatch.setattr(fp, "FAKE", fake)
+    fingerprint()
+    assert entries[0][-3] == f"fake-{fake}"
+    return entries[1:]
+
+
+def _scalars_views_in_place(m, x):
+    h = m.lin(x)
+    s = h.sum() * 0.5 + 2                            # 0-dim tensor with Python scalars
+    z = torch.zeros(4, device=x.device).add_(1)      # a factory, written in place
+    v = h.t()[1:].unsqueeze(0)                       # views
+    v.mul_(2)                                        # written through a view
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = h @ h.t() + z[:3]
+    return (v.float().mean() + s + a.float().sum() + h.new_ones(()) * m.buf.sum()).mean()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("make", ["tiny_moe", "char_lm", "mlp", "body"])
+def test_the_light_fake_run_records_what_fake_tensor_mode_records(monkeypatch, make,
+                                                                  precision):
+    """The light fake run (meta tensors that say they are on the cpu, no torch._dynamo) makes
+    the same record as a run on torch's FakeTensorMode: the same calls, and results of the
+    same shapes, dtypes (autocast included), devices and requires_grad."""
+    import models
+    if make == "body":
+        model, example = Net(_scalars_views_in_place), (X,)
+    else:
+        model, example = getattr(models, f"make_{make}")(seed=0)
+    run = lambda: fingerprint_loss_and_grads(model, example, precision)  # noqa: E731
+    light = _records(monkeypatch, "meta", run)
+    assert light == _records(monkeypatch, "torch", run)
+    assert len(light) > 5 and any("bfloat16" in json.dumps(e) for e in light) == (
+        precision == "bf16" or make == "body")
+
+
+@pytest.mark.parametrize("body", [
+    lambda m, x: (m.lin(x).unsqueeze_(0) * 2).mean(),                 # shape, in place
+    lambda m, x: (m.lin(x) + torch.ones(4, device="meta")).mean(),     # another device
+    lambda m, x: m.lin(x.to("meta")).mean(),
+    lambda m, x: (m.lin(x) * torch.ones(4).to_sparse()).mean(),        # a sparse constant
+], ids=["unsqueeze_", "meta-factory", "to-meta", "sparse"])
+def test_the_light_fake_run_declines_what_it_could_answer_otherwise(monkeypatch, body):
+    import latch.frontend.fingerprint as fp
+    monkeypatch.setattr(fp, "MAX_WORK", 0)
+    with pytest.raises(NotFingerprintable):
+        digest(body)
+
+
+LIGHT_CHILD = r"""
+import json, sys
+sys.path.insert(0, {here!r})
+import torch
+import latch.frontend.fingerprint as fp
+from latch.frontend.fingerprint import NotFingerprintable, fingerprint_loss_and_grads
+from models import make_tiny_moe
+
+fp.MAX_WORK = 0
+model, example = make_tiny_moe(seed=0)
+out = {{"digest": fingerprint_loss_and_grads(model, example, "bf16").digest,
+        "dynamo": "torch._dynamo" in sys.modules}}
+
+
+class AsksDynamo(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x) + 1.0
+        return y.mean() * (2 if torch._dynamo.config.verbose else 3)
+
+
+try:
+    fingerprint_loss_and_grads(AsksDynamo(), (torch.randn(3, 4),))
+    out["asks"] = "fingerprinted"
+except NotFingerprintable as e:
+    out["asks"] = str(e)
+import torch._dynamo
+out["real"] = hasattr(torch._dynamo, "optimize") and hasattr(torch._dynamo.config, "verbose")
+out["compiled"] = torch.compile(lambda t: (t + 1) * 2, backend="eager")(torch.ones(2)).tolist()
+out["again"] = fingerprint_loss_and_grads(model, example, "bf16").digest
+print(json.dumps(out))
+"""
+
+
+def test_the_light_fake_run_does_not_import_dynamo(tmp_path):
+    """In a new process the light run imports no torch._dynamo (1.2 s), gives the same digest
+    as when torch._dynamo is imported, refuses a model that asks torch._dynamo for anything,
+    and leaves torch._dynamo importable and working."""
+    p = subprocess.run([sys.executable, "-c", LIGHT_CHILD.format(here=HERE)],
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["dynamo"] is False
+    assert "torch._dynamo.config is asked for" in out["asks"]
+    assert out["real"] and out["compiled"] == [4.0, 4.0]
+    assert out["again"] == out["digest"]
 
 
 def test_leaves_the_model_the_inputs_and_torch_as_they_were():
@@ -301,6 +413,9 @@ from latch import optim
 from models import make_char_lm, make_mlp
 
 out, target = sys.argv[1], sys.argv[2]
+if sys.argv[3] == "fake":                    # as for a model too large to run eagerly
+    import latch.frontend.fingerprint
+    latch.frontend.fingerprint.MAX_WORK = 0
 model, example = make_mlp(seed=0) if target == "cuda" else make_char_lm(seed=0)
 rule = optim.clip_grad_norm(1.0, optim.AdamW(optim.warmup_cosine(1e-2, 2, 10, 0.1),
                                              weight_decay=0.1))
@@ -319,11 +434,13 @@ print(json.dumps(result))
 """
 
 
-@pytest.mark.parametrize("target", ["cpu", "cuda"])
-def test_a_warm_hit_in_a_new_process_is_found_without_tracing(tmp_path, target):
+@pytest.mark.parametrize("target, run", [("cpu", "eager"), ("cuda", "eager"),
+                                         ("cuda", "fake")])
+def test_a_warm_hit_in_a_new_process_is_found_without_tracing(tmp_path, target, run):
     """Process 1 misses (traces, builds, stores); process 2 (another hash seed) finds the
     entry by its fingerprint: no trace, no torch._dynamo/sympy/torch-mlir (and no MLIR for
-    cuda), the same artifact bytes and, on the cpu, the same numbers."""
+    cuda), the same artifact bytes and, on the cpu, the same numbers.  A fingerprint run on
+    fake tensors imports no torch._dynamo either (only sympy, for torch's meta kernels)."""
     runs = []
     for seed in (0, 1):
         out = tmp_path / f"run{seed}"
@@ -331,7 +448,8 @@ def test_a_warm_hit_in_a_new_process_is_found_without_tracing(tmp_path, target):
         env = dict(os.environ, PYTHONHASHSEED=str(seed), LATCH_CACHE="1",
                    LATCH_CACHE_DIR=str(tmp_path / "cache"))
         env.pop("LATCH_DUMP_DIR", None)
-        p = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE), str(out), target],
+        p = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE), str(out), target,
+                            run],
                            cwd=str(tmp_path), env=env, capture_output=True, text=True,
                            timeout=600)
         assert p.returncode == 0, p.stderr[-4000:]
@@ -340,7 +458,8 @@ def test_a_warm_hit_in_a_new_process_is_found_without_tracing(tmp_path, target):
     assert cold["cache"]["status"] == "miss" and "trace" in cold["stages"]
     assert warm["cache"] == {"status": "hit", "key": cold["cache"]["key"], "reason": None}
     assert "fingerprint" in warm["stages"] and "trace" not in warm["stages"]
-    assert warm["modules"] == ([] if target == "cuda" else ["mlir"])
+    assert warm["modules"] == ([] if target == "cuda" else ["mlir"]) + (
+        ["sympy"] if run == "fake" else [])
     assert (out1 / "prog.latch").read_bytes() == (out2 / "prog.latch").read_bytes()
     if target == "cpu":
         assert warm["losses"] == cold["losses"]
