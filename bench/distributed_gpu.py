@@ -51,6 +51,10 @@ def rel_l2(got, ref) -> float:
     return float(e / d) if d > 0 else float(e)
 
 
+def _log(msg: str) -> None:
+    print(f"[rank {os.environ.get('RANK', '0')}] {msg}", file=sys.stderr, flush=True)
+
+
 def _dist():
     import torch
     import torch.distributed as dist
@@ -106,12 +110,16 @@ def child_numerics(args) -> dict:
         steps = int(ref["steps"])
         batches = _batches(ref, steps, dev)
         prog = latch.load(os.path.join(DP, f"{name}-dp.latch"))
+        _log(f"{name}: loaded, {prog.describe()['collectives']}")
         state = prog.init(_model_with_init(name, ref))
+        _log(f"{name}: init (parameters broadcast)")
         losses = []
         for b in batches:
             G = b[0].shape[0]
             lo, hi = rank * G // world, (rank + 1) * G // world
             losses.append(prog.step(state, *(x[lo:hi] for x in b)))
+            _log(f"{name}: step {len(losses)} loss {losses[-1]:.6f} "
+                 f"graph {prog.graph_captured}")
         mine = state.tensors()
         identical = True
         for n in sorted(mine):
@@ -235,13 +243,19 @@ def _torchrun(n: int, child: str, args, timeout: float) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={n}", os.path.abspath(__file__), "--child", child,
            "--result", path, "--iters", str(args.iters), "--only", args.only,
-           "--engine", args.engine]
+           "--engine", args.engine, "--hang-s", str(args.hang_s)]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=timeout)
+    try:
+        r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        err = (e.stderr or b"").decode("utf-8", "replace") if isinstance(e.stderr, bytes) \
+            else (e.stderr or "")
+        print(f"torchrun {child} timed out after {timeout} s\n{err[-6000:]}", flush=True)
+        return {"error": f"timeout {timeout} s", "stderr_tail": err[-3000:]}
     if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-6000:], flush=True)
-        return {"error": f"exit {r.returncode}", "stderr_tail": r.stderr[-2000:]}
+        print(r.stdout[-3000:], r.stderr[-8000:], flush=True)
+        return {"error": f"exit {r.returncode}", "stderr_tail": r.stderr[-3000:]}
     with open(path) as f:
         res = json.load(f)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
@@ -258,7 +272,14 @@ def main() -> int:
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     p.add_argument("--result", default="", help=argparse.SUPPRESS)
     p.add_argument("--engine", default="latch", help=argparse.SUPPRESS)
+    p.add_argument("--timeout-s", type=float, default=420,
+                   help="limit of each torchrun job")
+    p.add_argument("--hang-s", type=float, default=0,
+                   help="children dump every thread's stack and exit after this long")
     args = p.parse_args()
+    if args.child and args.hang_s:
+        import faulthandler
+        faulthandler.dump_traceback_later(args.hang_s, exit=True)
     if args.child:
         res = child_numerics(args) if args.child == "numerics" else child_tinymoe(args)
         if int(os.environ.get("RANK", "0")) == 0:
@@ -288,7 +309,7 @@ def main() -> int:
 
     parts = args.parts.split(",")
     if "numerics" in parts:
-        res = _torchrun(args.gpus, "numerics", args, 300)
+        res = _torchrun(args.gpus, "numerics", args, args.timeout_s)
         for name, rec in res.items():
             if not isinstance(rec, dict):
                 continue
@@ -311,7 +332,7 @@ def main() -> int:
         for engine in args.engines.split(","):
             args.engine = engine
             for n in (1, args.gpus):
-                res = _torchrun(n, "tinymoe", args, 420)
+                res = _torchrun(n, "tinymoe", args, args.timeout_s)
                 records.append({"part": "tinymoe-b32-per-gpu", "engine": engine, **res})
                 by[(engine, n)] = res.get("slowest_rank_median_ms")
                 print(f"tinymoe B32/GPU {engine:18s} {n} GPU(s): "
