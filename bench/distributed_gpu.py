@@ -145,6 +145,10 @@ def child_numerics(args) -> dict:
             rec["dp_vs_one_gpu_max_rel_l2"] = max(
                 rel_l2(mine[n].double().cpu().numpy(), s1.tensors()[n].double().cpu().numpy())
                 for n in mine)
+            one.close()
+        # a captured graph holds NCCL work of the communicator: free it before the process
+        # group is destroyed (else ncclCommDestroy waits for it)
+        prog.close()
         out[name] = rec
         dist.barrier()
     dist.destroy_process_group()
@@ -200,6 +204,7 @@ def child_tinymoe(args) -> dict:
                    collectives=prog.describe()["collectives"])
         out.update(_timed(lambda s: prog.step(state, idx, tgt), args.iters, dist))
         out["graph_captured"] = prog.graph_captured
+        prog.close()      # before destroy_process_group: the graph holds NCCL work
     else:
         m = model.cuda()
         params = list(m.parameters())
