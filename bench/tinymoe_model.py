@@ -40,3 +40,21 @@ def tinymoe_rule(recipe: str = "B2", total_steps: int = 10_000):
     lr = optim.warmup_cosine(r["peak"], r["warmup"], total_steps, 0.1)
     return optim.clip_grad_norm(1.0, optim.AdamW(lr, betas=(0.9, 0.95), eps=1e-8,
                                                  weight_decay=0.1))
+
+
+EXPERT_PATTERN = "*.w[123]"     # fnmatch: the w1, w2, w3 of every layer
+
+
+def selective_rule(recipe: str = "B2", every: int = 16, total_steps: int = 10_000):
+    """WORKLOADS.md "Selective updates": shared parameters take an AdamW step every
+    microbatch; the expert weights (w1, w2, w3 of every layer) accumulate their gradients
+    and take one AdamW step (on the mean gradient) every ``every`` microbatches."""
+    from latch import optim
+
+    r = RECIPES[recipe]
+
+    def adamw():
+        lr = optim.warmup_cosine(r["peak"], r["warmup"], total_steps, 0.1)
+        return optim.AdamW(lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    # one group (one counter) for all expert weights: one condition, two update variants
+    return optim.partition({EXPERT_PATTERN: optim.every(every, adamw()), "*": adamw()})

@@ -14,6 +14,7 @@ PASSES: dict[str, str] = {
     "latch-lower-schedules": "lower_schedules:LowerSchedules",
     "latch-lower-control": "lower_control:LowerControl",
     "latch-lower-optimizers": "lower_optimizers:LowerOptimizers",
+    "latch-specialize-every": "specialize_every:SpecializeEvery",
     "latch-lower-collectives": "lower_collectives:LowerCollectives",
     "latch-schedule-collectives": "schedule_collectives:ScheduleCollectives",
     "latch-plan-memory": "plan_memory:PlanMemory",

@@ -146,7 +146,6 @@ class CudaProgram:
             use_graph = os.environ.get("LATCH_CUDA_GRAPH", "1") != "0"
         self.use_graph = use_graph
         self.steps_run = 0
-        self.graph: drv.Graph | None = None
         self.timings: dict[str, float] = {}
 
         if not torch.cuda.is_available():
@@ -188,25 +187,20 @@ class CudaProgram:
         self.torch_stream = torch.cuda.Stream(device=self.torch_device)
         self.stream = drv.Stream(dev, handle=self.torch_stream.cuda_stream)
 
-        self.launches = []
-        for spec in manifest["launches"]:
-            module = self.modules.get(spec["module"])
-            if module is None:
-                raise LatchError(f"launch of unknown kernel module {spec['module']!r}")
-            fn = module.function(spec["kernel"])
-            shared = int(spec.get("shared_bytes", 0))
-            if shared > 48 * 1024:
-                d = drv.driver()
-                drv.call("cuFuncSetAttribute", fn,
-                         d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                         shared, what=spec["module"])
-            self.launches.append(_Launch(spec, fn, self._resolve))
-        self.copies = [(self._resolve(c["src"]), self._resolve(c["dst"]), int(c["bytes"]))
-                       for c in manifest.get("copies", []) if "state" not in c["dst"]]
-        self._setup_guard()
-        self.collectives = Collectives(manifest.get("collectives", []), self._resolve,
-                                       self.arena, self.torch_device, self.torch_stream,
-                                       process_group)
+        # one update variant per outcome of the program's every(N) conditions (the
+        # manifest's "variants"; a program without them has one): each its own launch list,
+        # guard tables, collectives and CUDA graph, over the same states and arena
+        self._setup_guard_module()
+        specs = manifest.get("variants") or [
+            {"launches": manifest["launches"], "copies": manifest.get("copies", []),
+             "collectives": manifest.get("collectives", []), "when": []}]
+        self.variants = [_Variant(self, spec, process_group) for spec in specs]
+        first = self.variants[0]
+        self.launches = first.launches            # the first variant's (tools, describe())
+        self.collectives = first.collectives
+        self.guard_checks, self.guard_copies = first.guard_checks, first.guard_copies
+        self._counter_host = torch.zeros(8, dtype=torch.int64, pin_memory=True) \
+            if len(self.variants) > 1 else None
         for buf in self.state_buffers:
             drv.memset_zero(buf.ptr, buf.nbytes, self.stream, buf.label)
         # the arena starts zeroed: results never depend on what cuMemAlloc recycled (a
@@ -217,51 +211,21 @@ class CudaProgram:
         self.stream.synchronize("state initialization")
 
     # -- the non-finite guard (see latch.runtime.guard) -----------------------------------------
-    def _setup_guard(self) -> None:
-        """Tables of the check and guarded-copy kernels: every new state value (checked when
-        it is floating-point) and the loss (output 0, checked when floating-point)."""
+    def _setup_guard_module(self) -> None:
+        """The flag + loss status buffer and the guard kernels' module (shared by the
+        variants; each variant has its own check and copy tables)."""
         import torch
 
-        checks, copies, self.on_nonfinite = guard.plan(self.manifest)
-        checks = [(self._resolve(loc), dtype, n) for loc, dtype, n in checks]
-        copies = [(self._resolve(src), self._resolve(dst), n) for src, dst, n in copies]
+        self.on_nonfinite = guard.plan(self.manifest)[2]
         loss = self.outputs_spec[0] if self.outputs_spec else None
         # the loss is reported with the flag (one 16-byte read) when it fits in 8 bytes
         self._loss_status = loss is not None and 0 < int(loss["bytes"]) <= 8
-        self.guard_checks, self.guard_copies = checks, copies
-        ct, cp = guard.check_table(checks), guard.copy_table(copies)
-        # guard buffer: [0,4) flag, [8,16) the loss, then the two tables (256-aligned)
-        off_checks = 256
-        off_copies = off_checks + ((ct.nbytes + 255) // 256) * 256
-        self.guard_buffer = self.device.alloc(off_copies + cp.nbytes, "the non-finite guard")
-        gp = self.guard_buffer.ptr
-        self.flag_ptr, self.status_ptr = gp, gp
-        drv.memcpy_htod(gp + off_checks, ct.ctypes.data, ct.nbytes, "guard check table")
-        drv.memcpy_htod(gp + off_copies, cp.ctypes.data, cp.nbytes, "guard copy table")
-        module = self.device.load_ptx(guard.PTX, "latch_guard")
-        self.guard_module = module
-        self._guard_launches = []
-        for fn, table, n, per in ((module.function("latch_check_finite"), gp + off_checks,
-                                   len(checks), [e[2] for e in checks]),
-                                  (module.function("latch_guarded_copy"), gp + off_copies,
-                                   len(copies), [-(-e[2] // 16) if not (e[0] | e[1] | e[2]) % 16
-                                                 else e[2] for e in copies])):
-            if not n:
-                self._guard_launches.append(None)
-                continue
-            args = np.array([table, self.flag_ptr], dtype=np.uint64)
-            ptrs = np.array([args.ctypes.data, args.ctypes.data + 8], dtype=np.uint64)
-            self._guard_launches.append((fn, (guard.grid_x(max(per)), n, 1),
-                                         (guard.BLOCK, 1, 1), args, ptrs))
+        # [0,4) the flag, [8,16) the loss
+        self.guard_buffer = self.device.alloc(256, "the non-finite guard flag")
+        self.flag_ptr = self.status_ptr = self.guard_buffer.ptr
+        self.guard_module = self.device.load_ptx(guard.PTX, "latch_guard")
         self._host_status = torch.zeros(16, dtype=torch.uint8, pin_memory=True)
         self.last_step_finite: bool | None = None
-
-    def _enqueue_guard(self, which: int) -> None:
-        g = self._guard_launches[which]
-        if g is not None:
-            fn, grid, block, _args, ptrs = g
-            drv.launch(fn, grid, block, 0, self.stream, ptrs.ctypes.data,
-                       ("latch_check_finite", "latch_guarded_copy")[which])
 
     def _read_status(self) -> tuple[bool, float | None]:
         """(flag, loss) of the last step: one 16-byte device-to-host copy, then a sync."""
@@ -370,23 +334,6 @@ class CudaProgram:
             out.append(t if t.is_contiguous() else t.contiguous())
         return out
 
-    def _record(self) -> None:
-        """Enqueue the whole update on the stream: set the flag, the kernels, check the new
-        state values and the loss (may clear the flag), copy the outputs (and the loss next
-        to the flag), copy the new state values into the state buffers if the flag is set."""
-        drv.memset_d32(self.flag_ptr, 1, 1, self.stream, "non-finite flag")
-        for i, launch in enumerate(self.launches):
-            self.collectives.before_launch(i)      # data-parallel: start / wait for buckets
-            launch.enqueue(self.stream)
-        self.collectives.before_launch(len(self.launches))
-        self._enqueue_guard(0)
-        for src, dst, n in self.copies:
-            drv.memcpy_dtod(dst, src, n, self.stream, "output")
-        if self._loss_status:
-            drv.memcpy_dtod(self.status_ptr + 8, self.output_buffers[0].ptr,
-                            self.output_buffers[0].nbytes, self.stream, "loss status")
-        self._enqueue_guard(1)
-
     # -- the user API of latch.Program: init(model) -> state; step(state, *batch) -> loss --
     def init(self, model) -> "CudaTrainingState":
         """A new training state: the model's parameters (copied to the GPU), zero moments
@@ -412,7 +359,7 @@ class CudaProgram:
         state = CudaTrainingState(self, values)
         self._activate(state, force=True)
         # data-parallel: every rank starts from rank 0's parameters (as DDP does)
-        self.collectives.broadcast_from_rank0(
+        self.variants[0].collectives.broadcast_from_rank0(
             [b.view() for b in self.state_buffers if b.spec.get("kind") == "param"])
         return state
 
@@ -465,15 +412,7 @@ class CudaProgram:
             if t.data_ptr() != buf.ptr:
                 drv.memcpy_dtod(buf.ptr, t.data_ptr(), buf.nbytes, self.stream, buf.label)
             t.record_stream(self.torch_stream)
-        if self.graph is not None:
-            self.graph.launch(self.stream)
-        elif self.steps_run == 0 or not self.use_graph:
-            self._record()
-        else:
-            t0 = time.perf_counter()
-            self.graph = drv.Graph.capture(self.stream, self._record)
-            self.timings["graph_capture_s"] = time.perf_counter() - t0
-            self.graph.launch(self.stream)
+        self._variant().run(self.stream, self.use_graph, self.timings)
         outs = []
         for buf in self.output_buffers:   # allocated on the caller's stream, written on ours
             o = torch.empty(tuple(buf.spec["shape"]), dtype=torch_dtype(buf.spec["dtype"]),
@@ -492,7 +431,24 @@ class CudaProgram:
 
     @property
     def graph_captured(self) -> bool:
-        return self.graph is not None
+        """Whether every variant used so far runs as a captured CUDA graph."""
+        used = [v for v in self.variants if v.uses]
+        return bool(used) and all(v.graph is not None for v in used)
+
+    def _variant(self) -> "_Variant":
+        """The variant whose every(N) conditions hold at the start of this step: reads the
+        counters they test (one small device-to-host copy each, after the previous step)."""
+        if len(self.variants) == 1:
+            return self.variants[0]
+        wanted = sorted({w["state"] for v in self.variants for w in v.when})
+        self.stream.synchronize("every(N) counters")
+        for i, st in enumerate(wanted):
+            drv.memcpy_dtoh_async(self._counter_host.data_ptr() + 8 * i,
+                                  self.state_buffers[st].ptr, 8, self.stream, "counter")
+        self.stream.synchronize("every(N) counters")
+        raw = self._counter_host.numpy()
+        values = {st: int(raw[i]) for i, st in enumerate(wanted)}
+        return self.variants[choose_variant([v.when for v in self.variants], values)]
 
     def describe(self) -> dict:
         m = self.manifest
@@ -504,15 +460,17 @@ class CudaProgram:
                 "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
                 "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
-                "use_graph": self.use_graph, "collectives": self.collectives.describe()}
+                "use_graph": self.use_graph, "collectives": self.collectives.describe(),
+                "variants": [{"when": v.when, "kernels": len(v.launches),
+                              "copies": len(v.guard_copies), "uses": v.uses,
+                              "graph_captured": v.graph is not None} for v in self.variants]}
 
     def close(self) -> None:
         try:
             self.synchronize()
         finally:
-            if self.graph is not None:
-                self.graph.destroy()
-                self.graph = None
+            for v in self.variants:
+                v.close()
             for m in self.modules.values():
                 m.unload()
             self.modules = {}
@@ -524,6 +482,114 @@ class CudaProgram:
                 b.alloc.free()
             self.arena.free()
             self.stream.destroy()
+
+
+class _Variant:
+    """One update variant of a program: its launch list, output copies, non-finite guard
+    tables, collectives and (after its second use) CUDA graph."""
+
+    def __init__(self, prog: "CudaProgram", spec: dict, process_group=None):
+        self.prog = prog
+        self.when = list(spec.get("when", []))
+        self.launches = []
+        for ls in spec["launches"]:
+            module = prog.modules.get(ls["module"])
+            if module is None:
+                raise LatchError(f"launch of unknown kernel module {ls['module']!r}")
+            fn = module.function(ls["kernel"])
+            shared = int(ls.get("shared_bytes", 0))
+            if shared > 48 * 1024:
+                d = drv.driver()
+                drv.call("cuFuncSetAttribute", fn,
+                         d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                         shared, what=ls["module"])
+            self.launches.append(_Launch(ls, fn, prog._resolve))
+        self.copies = [(prog._resolve(c["src"]), prog._resolve(c["dst"]), int(c["bytes"]))
+                       for c in spec.get("copies", []) if "state" not in c["dst"]]
+        self._setup_guard({**prog.manifest, "copies": spec.get("copies", [])})
+        self.collectives = Collectives(spec.get("collectives", []), prog._resolve,
+                                       prog.arena, prog.torch_device, prog.torch_stream,
+                                       process_group)
+        self.graph: drv.Graph | None = None
+        self.uses = 0
+
+    def _setup_guard(self, manifest: dict) -> None:
+        """Tables of the check and guarded-copy kernels: every new state value this variant
+        writes (checked when floating-point) and the loss (output 0)."""
+        prog = self.prog
+        checks, copies, _ = guard.plan(manifest)
+        checks = [(prog._resolve(loc), dtype, n) for loc, dtype, n in checks]
+        copies = [(prog._resolve(src), prog._resolve(dst), n) for src, dst, n in copies]
+        self.guard_checks, self.guard_copies = checks, copies
+        ct, cp = guard.check_table(checks), guard.copy_table(copies)
+        off_copies = ((ct.nbytes + 255) // 256) * 256
+        self.tables = prog.device.alloc(off_copies + cp.nbytes, "the non-finite guard tables")
+        tp = self.tables.ptr
+        drv.memcpy_htod(tp, ct.ctypes.data, ct.nbytes, "guard check table")
+        drv.memcpy_htod(tp + off_copies, cp.ctypes.data, cp.nbytes, "guard copy table")
+        module = prog.guard_module
+        self._guard_launches = []
+        for fn, table, n, per in ((module.function("latch_check_finite"), tp,
+                                   len(checks), [e[2] for e in checks]),
+                                  (module.function("latch_guarded_copy"), tp + off_copies,
+                                   len(copies), [-(-e[2] // 16) if not (e[0] | e[1] | e[2]) % 16
+                                                 else e[2] for e in copies])):
+            if not n:
+                self._guard_launches.append(None)
+                continue
+            args = np.array([table, prog.flag_ptr], dtype=np.uint64)
+            ptrs = np.array([args.ctypes.data, args.ctypes.data + 8], dtype=np.uint64)
+            self._guard_launches.append((fn, (guard.grid_x(max(per)), n, 1),
+                                         (guard.BLOCK, 1, 1), args, ptrs))
+
+    def _enqueue_guard(self, which: int) -> None:
+        g = self._guard_launches[which]
+        if g is not None:
+            fn, grid, block, _args, ptrs = g
+            drv.launch(fn, grid, block, 0, self.prog.stream, ptrs.ctypes.data,
+                       ("latch_check_finite", "latch_guarded_copy")[which])
+
+    def record(self) -> None:
+        """Enqueue the whole update on the stream: set the flag, the kernels (and the
+        collectives between them), check the new state values and the loss (may clear the
+        flag), copy the outputs (and the loss next to the flag), copy the new state values
+        into the state buffers if the flag is set."""
+        prog, stream = self.prog, self.prog.stream
+        drv.memset_d32(prog.flag_ptr, 1, 1, stream, "non-finite flag")
+        for i, launch in enumerate(self.launches):
+            self.collectives.before_launch(i)      # data-parallel: start / wait for buckets
+            launch.enqueue(stream)
+        self.collectives.before_launch(len(self.launches))
+        self._enqueue_guard(0)
+        for src, dst, n in self.copies:
+            drv.memcpy_dtod(dst, src, n, stream, "output")
+        if prog._loss_status:
+            drv.memcpy_dtod(prog.status_ptr + 8, prog.output_buffers[0].ptr,
+                            prog.output_buffers[0].nbytes, stream, "loss status")
+        self._enqueue_guard(1)
+
+    def run(self, stream, use_graph: bool, timings: dict) -> None:
+        """The first use launches every kernel directly; the second records them into a
+        CUDA graph; later uses replay it."""
+        if self.graph is not None:
+            self.graph.launch(stream)
+        elif self.uses == 0 or not use_graph:
+            self.record()
+        else:
+            t0 = time.perf_counter()
+            self.graph = drv.Graph.capture(stream, self.record)
+            timings["graph_capture_s"] = timings.get("graph_capture_s", 0.0) + \
+                time.perf_counter() - t0
+            self.graph.launch(stream)
+        self.uses += 1
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.destroy()
+            self.graph = None
+        if self.tables is not None:
+            self.tables.free()
+            self.tables = None
 
 
 class CudaTrainingState:
@@ -559,6 +625,16 @@ class CudaTrainingState:
 
     def __repr__(self) -> str:
         return f"CudaTrainingState(step={self.step}, {len(self.program.states_spec)} tensors)"
+
+
+def choose_variant(whens: list[list[dict]], counters: dict[int, int]) -> int:
+    """The index of the variant whose conditions all hold: each ``{"state": i, "offset":
+    k, "period": N, "value": b}`` holds when ``((counters[i] + k) % N == 0) == b``."""
+    for index, when in enumerate(whens):
+        if all(((counters[w["state"]] + w["offset"]) % w["period"] == 0) == w["value"]
+               for w in when):
+            return index
+    raise LatchError(f"no update variant for the counters {counters}")
 
 
 def _sm(chip: str) -> int:

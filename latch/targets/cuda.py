@@ -4,6 +4,8 @@
 Stages (each a named pipeline, replayable with ``latch-opt``)::
 
     [latch-lower-rules]            a Latch program -> func/linalg/scf on tensors
+    latch-specialize-every         every(N) rules: one update function per outcome of their
+                                   conditions (update variants; none without every)
     latch-bufferize                -> memrefs + the static memory plan (latch.offset, arena)
     latch-wrap-host-compute        host code touching buffers -> one-iteration scf.parallel
     latch-form-kernels{block}      -> gpu.launch_func + outlined gpu.module kernels
@@ -211,27 +213,60 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_9
     if stage == "latch":
         timed("latch-lower-rules", _run, module, "builtin.module(latch-lower-rules)",
               "latch-lower-rules")
+    entries = [entry]
     if stage in ("latch", "tensors"):
         _drop_dead_functions(module, entry)
+        # every(N) rules: one update variant per outcome (passes/specialize_every.py)
+        timed("latch-specialize-every", _run, module,
+              "builtin.module(latch-specialize-every, canonicalize, cse)",
+              "latch-specialize-every")
+        from latch.passes.specialize_every import variants as _variants
+        found = _variants(module.operation)
+        if found:
+            entries = [name for name, _ in found]
         timed("latch-bufferize", _run, module, "builtin.module(inline, latch-bufferize)",
               "latch-bufferize")
-    buffer_bytes = _entry_attr(module, entry, "latch.buffer_bytes")
+    else:
+        found = []
+    buffer_bytes = _entry_attr(module, entries[0], "latch.buffer_bytes")
     timed("latch-form-kernels", _run, module,
           f"builtin.module(latch-form-kernels{{block={block}}})", "latch-form-kernels")
     kernels_ir = str(module)
-    schedule = timed("schedule", extract_launch_schedule, module.operation, entry)
+    schedules = [timed("schedule", extract_launch_schedule, module.operation, e)
+                 for e in entries]
+    schedule = schedules[0]
     schedule["buffer_bytes"] = buffer_bytes
     canonical = _identical_kernel_modules(kernels_ir)
-    for launch in schedule["launches"]:
-        launch["module"] = canonical.get(launch["module"], launch["module"])
-    wanted = {launch["module"] for launch in schedule["launches"]}
+    for sch in schedules:
+        for launch in sch["launches"]:
+            if launch["module"] in canonical:
+                first, kernel, own = canonical[launch["module"]]
+                if launch["kernel"] == own and kernel is not None:
+                    launch["kernel"] = kernel
+                launch["module"] = first
+    if found:
+        # the update variants share states, inputs, outputs, modules and the arena (the
+        # largest plan); the manifest's own launch list is the first variant's
+        schedule["variants"] = [
+            {"entry": sch["entry"], "when": when, "arena_bytes": sch["arena_bytes"],
+             "planned_arena_bytes": sch["planned_arena_bytes"], "launches": sch["launches"],
+             "copies": sch["copies"],
+             **({"collectives": sch["collectives"]} if sch.get("collectives") else {})}
+            for sch, (_, when) in zip(schedules, found)]
+        for sch in schedules[1:]:
+            if (sch["states"], sch["inputs"], sch["outputs"]) != \
+                    (schedule["states"], schedule["inputs"], schedule["outputs"]):
+                raise LatchError("cuda target: the update variants disagree on the state, "
+                                 "input or output layout")
+        schedule["arena_bytes"] = max(sch["arena_bytes"] for sch in schedules)
+        schedule["planned_arena_bytes"] = max(sch["planned_arena_bytes"] for sch in schedules)
+    wanted = {launch["module"] for sch in schedules for launch in sch["launches"]}
     ptx = timed("latch-kernels-to-ptx", serialize_kernels, module, chip, features, opt_level,
                 wanted)
-    used = {launch["module"] for launch in schedule["launches"]}
-    missing = used - set(ptx)
+    missing = wanted - set(ptx)
     if missing:
         raise LatchError(f"cuda target: no PTX for kernel modules {sorted(missing)}")
-    return schedule, {k: v for k, v in ptx.items() if k in used}, kernels_ir
+    return schedule, {k: v for k, v in ptx.items() if k in wanted}, kernels_ir
 
 
 def _drop_dead_functions(module, entry) -> None:
@@ -256,28 +291,35 @@ def _drop_dead_functions(module, entry) -> None:
             op.erase()
 
 
-def _identical_kernel_modules(kernels_ir: str) -> dict[str, str]:
-    """{gpu.module name: the first gpu.module with the same body}: kernel outlining makes
-    one module per launch, and an update repeats the same kernel (one AdamW kernel per
-    parameter shape, one fill per buffer shape); each distinct one is lowered and shipped
-    once.  Compares the modules' text in the printed kernels-stage module (printing each
-    nested op on its own is far slower)."""
+def _identical_kernel_modules(kernels_ir: str) -> dict[str, tuple[str, str, str]]:
+    """{gpu.module name: (the first gpu.module with the same body, that module's kernel
+    name, this module's kernel name)}:
+    kernel outlining makes one module per launch, and an update repeats the same kernel (one
+    AdamW kernel per parameter shape, one fill per buffer shape; the update variants of an
+    every(N) program share most kernels); each distinct one is lowered and shipped once.
+    Compares the modules' text in the printed kernels-stage module (printing each nested op
+    on its own is far slower), with the kernel's own name (``<function>_kernel``) left out.
+    """
     import re
 
-    first: dict[str, str] = {}
-    canonical: dict[str, str] = {}
-    name, lines = None, []
+    first: dict[str, tuple[str, str]] = {}
+    canonical: dict[str, tuple[str, str, str]] = {}
+    name, kernel, lines = None, None, []
     for line in kernels_ir.splitlines():
         if name is None:
             m = re.match(r"^  gpu\.module @([\w$.-]+) ", line)
             if m:
-                name, lines = m.group(1), []
+                name, kernel, lines = m.group(1), None, []
             continue
         if line == "  }":
-            canonical[name] = first.setdefault("\n".join(lines), name)
+            canonical[name] = first.setdefault("\n".join(lines), (name, kernel)) + (kernel,)
             name = None
-        else:
-            lines.append(line)
+            continue
+        m = re.match(r"^    gpu\.func @([\w$.-]+)\(", line)
+        if m and kernel is None:
+            kernel = m.group(1)
+            line = line.replace(f"@{kernel}(", "@(", 1)
+        lines.append(line)
     return canonical
 
 
@@ -311,9 +353,11 @@ def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
         "launches": schedule["launches"],
         "copies": schedule["copies"],
         **({"collectives": schedule["collectives"]} if schedule.get("collectives") else {}),
+        **({"variants": schedule["variants"]} if schedule.get("variants") else {}),
         "abi": {"kernel_args": "bare-ptr", "index": "i64"},
         "build": {"block": block, "opt_level": opt_level,
-                  "stages": ["latch-lower-rules", "latch-bufferize", "latch-wrap-host-compute",
+                  "stages": ["latch-lower-rules", "latch-specialize-every", "latch-bufferize",
+                             "latch-wrap-host-compute",
                              f"latch-form-kernels{{block={block}}}",
                              kernels_to_ptx_pipeline(chip, features, opt_level)]},
         "ir_sha256": {"source": hashlib.sha256(source_text.encode()).hexdigest(),
@@ -484,6 +528,11 @@ class CudaProgramHandle:
                          f"{mem['planned_arena_bytes']:,} B)")
         lines.append(f"kernels per update: {len(m['launches'])} launches of "
                      f"{len(m['modules'])} kernel modules, {len(m['copies'])} state copies")
+        for i, v in enumerate(m.get("variants", [])):
+            cond = ", ".join(f"(state {w['state']} + {w['offset']}) % {w['period']} "
+                             f"{'==' if w['value'] else '!='} 0" for w in v["when"])
+            lines.append(f"  update variant {i} ({cond}): {len(v['launches'])} launches, "
+                         f"{sum('state' in c['dst'] for c in v['copies'])} state copies")
         collectives = m.get("collectives", [])
         if collectives:
             first = min(c["after_launch"] for c in collectives)
