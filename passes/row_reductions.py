@@ -5,35 +5,59 @@ norm weight's gradient summed over all tokens, a count per expert) would otherwi
 one thread per output element, each running the whole reduction loop alone, with the
 accumulator loaded from and stored to memory on every iteration: 2,048 threads each
 walking a 32,768-long vocabulary row take milliseconds.  Here each output element gets a
-group of threads instead:
+group of threads instead.  Which group depends on the largest input's unit-stride
+dimension:
 
-* a **warp** (32 lanes; 8 warps, i.e. 8 outputs, per 256-thread block) when the reduction
-  has fewer than ``_BLOCK_MIN`` elements: lane ``l`` combines elements ``l, l + 32, ...``
-  in a register, then five ``gpu.shuffle xor`` steps combine the lanes;
-* a **block** of 256 threads for longer reductions: thread ``t`` combines elements
-  ``t, t + 256, ...``, then ``gpu.all_reduce`` combines the block.
+* **Rows** (that dimension is walked by a reduction loop: a softmax's row max): a
+  **warp** (32 lanes; 8 warps, i.e. 8 outputs, per 256-thread block) per output when the
+  reduction has fewer than ``_BLOCK_MIN`` elements: lane ``l`` combines elements
+  ``l, l + 32, ...`` in a register, then five ``gpu.shuffle xor`` steps combine the lanes;
+  a **block** of 256 threads for longer reductions: thread ``t`` combines elements
+  ``t, t + 256, ...``, then ``gpu.all_reduce`` combines the block.  Reduction elements are
+  numbered with the last reduction loop varying fastest, so consecutive lanes read
+  consecutive addresses.  Lane / thread 0 combines the total with the output's initial
+  value and stores it.
+* **Columns** (that dimension is walked by a parallel loop: a norm weight's gradient, the
+  sum over 2,048 tokens of a ``[2, 1024, 768]`` product): a warp per output would read 32
+  addresses a whole row apart on every load.  Instead a block of ``W x R`` threads covers
+  ``W`` consecutive outputs (``W`` elements of the input = one 32-byte sector;
+  ``threadIdx.x``), and its ``R`` rows of threads (``threadIdx.y``) split the reduction:
+  thread ``(x, y)`` combines elements ``y, y + R, ...`` of output ``x``, so every load of
+  a warp covers whole sectors.  The ``R`` partial results meet in workgroup memory and are
+  combined by a tree (``log2 R`` halving steps with ``gpu.barrier``); row 0 combines the
+  total with the output's initial value.
 
-Lane / thread 0 combines the total with the output's initial value (linalg semantics) and
-stores it.  The combining order is fixed by the shapes, so results are deterministic (a
-tree instead of a left-to-right chain: at least as accurate).  Reduction elements are
-numbered with the last reduction loop varying fastest, so rows of row-major buffers are
-read by consecutive lanes (coalesced).
+Each thread's strided loop is unrolled ``_UNROLL`` times (the same elements in the same
+order, one accumulator chain: the loads of the copies are independent, so several are in
+flight at once instead of one load per loop trip), with a remainder loop when the trip
+count does not divide.  Loop indices are recovered from linear numbers with ``affine.apply``
+(see :func:`_split`), so the divisors stay compile-time constants of the kernel.  The combining order is fixed by the shapes, so results are
+deterministic (a tree instead of a left-to-right chain: at least as accurate).
 
-Matched: not a contraction (``latch-form-contraction-kernels`` tiles those), one f32 output,
-static shapes, an output map that uses only parallel loops, no
-input aliasing the output, at least ``_MIN_ELEMENTS`` reduction elements, and a body whose
-yielded value is ``combine(acc, e)`` — ``addf``, ``maximumf``, ``minimumf``, ``maxnumf`` or
-``minnumf`` — with ``acc`` (the output element) used nowhere else.  Anything else keeps
-the one-thread-per-output loops.
+Matched: not a contraction (``latch-form-contraction-kernels`` tiles those), one output,
+static shapes, an output map that uses only parallel loops, no input aliasing the output,
+at least ``_MIN_ELEMENTS`` reduction elements, and a body of one of two forms:
+
+* an f32 output and a yielded value ``combine(acc, e)`` — ``addf``, ``maximumf``,
+  ``minimumf``, ``maxnumf`` or ``minnumf`` — with ``acc`` (the output element) used nowhere
+  else;
+* an i8 output holding an i1 (``latch-wrap-host-compute`` widens i1 buffers): the body
+  yields ``extui(combine(trunci(acc), e))`` with ``combine`` one of ``andi``, ``ori``,
+  ``xori`` on i1 (torch's ``all``/``any``: a masked softmax's "whole row is -inf" test),
+  ``acc`` read only by the ``trunci``.  Partial results stay i1 in the loop and travel as
+  i32 through shuffles, ``gpu.all_reduce and/or/xor`` and workgroup memory.
+
+Anything else keeps the one-thread-per-output loops.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from latch.passes.buffer_views import root as _root
 from latch.passes.form_contraction_kernels import match_contraction
-from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
-                                       index_constant, indices, load_inputs, loop_ranges)
+from latch.passes.generic_body import (accumulation, clone_body_ops, compare, index_constant,
+                                       indices, load_inputs, loop_ranges)
 
 # combining op -> (gpu.all_reduce operation, identity)
 _COMBINERS = {
@@ -43,19 +67,137 @@ _COMBINERS = {
     "arith.maxnumf": ("maxnumf", -math.inf),
     "arith.minnumf": ("minnumf", math.inf),
 }
+# combining op on i1 (stored as i8) -> (gpu.all_reduce operation on i32, identity)
+_LOGICAL = {
+    "arith.andi": ("and", 1),
+    "arith.ori": ("or", 0),
+    "arith.xori": ("xor", 0),
+}
 _MIN_ELEMENTS = 32      # shorter reductions stay one loop per thread
 _BLOCK_MIN = 4096       # from here on a whole block per output element
 _BLOCK = 256
 _WARP = 32
+_UNROLL = 4             # copies of the body per trip of a thread's strided loop
+_SECTOR_BITS = 256      # 32 bytes: a column tile is this wide in the input
+_COLUMN_THREADS = 1024  # at most this many threads per column-tile block
+_COLUMN_PER_THREAD = 8  # aim for at least this many elements per thread
 
 
 def _op(o):
     return o.operation if hasattr(o, "operation") else o
 
 
+@dataclasses.dataclass
+class RowReduction:
+    """A matched row reduction.  ``acc`` is the body value the combining op reads as the
+    accumulator (the output's block argument, or the ``trunci`` of it for an i1 in i8);
+    ``skip`` the body ops that are not cloned besides the yield (that ``trunci`` and the
+    ``extui`` of the result); ``column`` the parallel loop that walks the largest input's
+    unit-stride dimension (column tiles), or None (a group of threads per output)."""
+    comb: object
+    acc: object
+    skip: tuple
+    logical: bool
+    par: list
+    red: list
+    maps: list
+    ranges: list
+    column: int | None = None
+    column_bits: int = 32
+    column_map: object = None
+
+
+def _bits(t) -> int:
+    from mlir import ir
+
+    for cls in (ir.IntegerType, ir.FloatType):
+        try:
+            return cls(t).width
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return 32
+
+
+def _logical_accumulation(op):
+    """(acc's trunci result, the combining op, (trunci, extui)) if the body yields
+    ``extui(combine(trunci(acc), e))`` on i1 with ``acc`` (i8) read only by the trunci,
+    the trunci read only by the combining op and ``e`` not the trunci; else None."""
+    from mlir import ir
+
+    i1 = ir.IntegerType.get_signless(1)
+    i8 = ir.IntegerType.get_signless(8)
+    block = op.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    if any(o.regions for o in body):
+        return None
+    acc = block.arguments[len(block.arguments) - 1]
+    if acc.type != i8:
+        return None
+    yld = body[-1]
+    if yld.name != "linalg.yield" or len(yld.operands) != 1:
+        return None
+
+    def producer(v):
+        owner = v.owner
+        return None if hasattr(owner, "arguments") else _op(owner)
+
+    ext = producer(yld.operands[0])
+    if ext is None or ext.name != "arith.extui" or ext.operands[0].type != i1:
+        return None
+    comb = producer(ext.operands[0])
+    if comb is None or comb.name not in _LOGICAL or len(comb.operands) != 2 or \
+            sum(1 for _ in comb.results[0].uses) != 1:
+        return None
+    uses = list(acc.uses)
+    if len(uses) != 1:
+        return None
+    trunc = _op(uses[0].owner)
+    if trunc.name != "arith.trunci" or trunc.results[0].type != i1:
+        return None
+    t = trunc.results[0]
+    if sum(1 for _ in t.uses) != 1:
+        return None
+    a, b = comb.operands[0], comb.operands[1]
+    if (a == t) == (b == t):
+        return None
+    return t, comb, (trunc, ext)
+
+
+def _unit_stride_input(op, maps, n_in):
+    """(loop walking the unit-stride dimension of the largest memref input, its element
+    bits, its map), or None when that dimension is not walked by one loop."""
+    from mlir import ir
+
+    best, size = None, -1
+    for v, m in zip(list(op.operands)[:n_in], maps):
+        if not isinstance(v.type, ir.MemRefType):
+            continue
+        t = ir.MemRefType(v.type)
+        if t.rank == 0:
+            continue
+        n = math.prod(t.shape)
+        if n > size:
+            size = n
+            best = (v, t, m)
+    if best is None:
+        return None
+    v, t, m = best
+    try:
+        strides, _ = t.get_strides_and_offset()
+    except (ValueError, TypeError):
+        return None
+    unit = [k for k, (n, s) in enumerate(zip(t.shape, strides)) if s == 1 and n > 1]
+    if not unit:
+        return None
+    expr = m.results[unit[-1]]
+    if not isinstance(expr, ir.AffineDimExpr):
+        return None
+    return ir.AffineDimExpr(expr).position, _bits(t.element_type), m
+
+
 def match_row_reduction(op):
-    """(combining op, parallel loops, reduction loops, maps, ranges) if ``op`` is a row
-    reduction this module can turn into a cooperative kernel, else None."""
+    """A :class:`RowReduction` if ``op`` is a row reduction this module can turn into a
+    cooperative kernel, else None."""
     from mlir import ir
 
     if op.name != "linalg.generic" or len(op.regions) != 1:
@@ -70,8 +212,10 @@ def match_row_reduction(op):
         return None
     operands = list(op.operands)
     out = operands[-1]
-    if not isinstance(out.type, ir.MemRefType) or \
-            str(ir.MemRefType(out.type).element_type) != "f32":
+    if not isinstance(out.type, ir.MemRefType):
+        return None
+    out_elt = str(ir.MemRefType(out.type).element_type)
+    if out_elt not in ("f32", "i8"):
         return None
     for v in operands:
         if isinstance(v.type, ir.MemRefType) and not ir.MemRefType(v.type).has_static_shape:
@@ -92,11 +236,20 @@ def match_row_reduction(op):
         return None
     if match_contraction(op) is not None:
         return None              # a matmul: latch-form-contraction-kernels tiles it
-    found = accumulation(op)
-    if found is None or found[2].name not in _COMBINERS:
-        return None
-    comb = found[2]
-    return comb, par, red, maps, ranges
+    if out_elt == "f32":
+        found = accumulation(op)
+        if found is None or found[2].name not in _COMBINERS:
+            return None
+        info = RowReduction(found[2], found[1], (), False, par, red, maps, ranges)
+    else:
+        found = _logical_accumulation(op)
+        if found is None:
+            return None
+        info = RowReduction(found[1], found[0], found[2], True, par, red, maps, ranges)
+    stride = _unit_stride_input(op, maps, seg[0])
+    if stride is not None and stride[0] in par:
+        info.column, info.column_bits, info.column_map = stride
+    return info
 
 
 def cooperative_row_reductions(body) -> int:
@@ -108,23 +261,164 @@ def cooperative_row_reductions(body) -> int:
         found = match_row_reduction(op)
         if found is None:
             continue
-        _emit(op, *found)
+        if found.column is not None:
+            _emit_columns(op, found)
+        else:
+            _emit(op, found)
         op.erase()
         n += 1
     return n
 
 
-def _emit(op, comb, par, red, maps, ranges) -> None:
+# -- pieces shared by both forms ----------------------------------------------------------
+
+def _partial_type(info):
+    from mlir import ir
+
+    return ir.IntegerType.get_signless(1) if info.logical else ir.F32Type.get()
+
+
+def _identity(info):
+    from mlir import ir
+
+    t = _partial_type(info)
+    if info.logical:
+        attr = ir.IntegerAttr.get(t, _LOGICAL[info.comb.name][1])
+    else:
+        attr = ir.FloatAttr.get(t, _COMBINERS[info.comb.name][1])
+    return ir.Operation.create("arith.constant", [t], attributes={"value": attr}).result
+
+
+def _split(linear, loops, ranges, dims) -> None:
+    """Like :func:`delinearize` (``loops`` first fastest), but each index is one
+    ``affine.apply`` (``(linear floordiv stride) mod range``): the trip counts stay in the
+    maps, so they are constants of the kernel after outlining and ``lower-affine``
+    (shifts and masks for powers of two).  ``arith`` constants inside a ``gpu.launch`` are
+    hoisted into the host function by the greedy rewrites that run before outlining and
+    become kernel parameters: every division would then be a run-time 64-bit division."""
+    from mlir import ir
+
+    index = ir.IndexType.get()
+    d0 = ir.AffineDimExpr.get(0)
+    stride = 1
+    for n, d in enumerate(loops):
+        e = d0 if stride == 1 else ir.AffineFloorDivExpr.get(
+            d0, ir.AffineConstantExpr.get(stride))
+        if n < len(loops) - 1:
+            e = ir.AffineModExpr.get(e, ir.AffineConstantExpr.get(ranges[d]))
+        if e == d0:
+            dims[d] = linear
+        else:
+            amap = ir.AffineMap.get(1, 0, [e])
+            dims[d] = ir.Operation.create(
+                "affine.apply", [index], [linear],
+                attributes={"map": ir.AffineMapAttr.get(amap)}).result
+        stride *= ranges[d]
+
+
+def _element_fn(op, info, dims):
+    """A function (reduction index value k, partial) -> new partial that emits the body at
+    the parallel indices already in ``dims`` and reduction element ``k`` (the last
+    reduction loop fastest)."""
+    operands = list(op.operands)
+    ins = operands[:-1]
+    block = op.regions[0].blocks[0]
+    skip = set(info.skip)
+    body_ops = [o for o in (_op(x) for x in block.operations)][:-1]
+    body_ops = [o for o in body_ops if o not in skip]
+
+    def element(k, partial):
+        here = list(dims)
+        _split(k, info.red[::-1], info.ranges, here)
+        mapping = {}
+        load_inputs(block, ins, info.maps, here, mapping)
+        mapping[info.acc] = partial
+        clone_body_ops(body_ops, mapping, here)
+        return mapping[info.comb.results[0]]
+
+    return element
+
+
+def _strided_partial(start, n: int, step: int, init, element):
+    """Combine elements ``start, start + step, ... < n`` (in that order, one chain) into
+    ``init``: a loop unrolled ``_UNROLL`` times over the part every thread walks the same
+    number of times, then a remainder loop."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    index = ir.IndexType.get()
+    per = step * _UNROLL
+    n_main = (n // per) * per
+    acc = init
+    if n_main:
+        loop = scf.ForOp(start, index_constant(n_main), index_constant(per), [acc])
+        with ir.InsertionPoint(loop.body):
+            k, a = loop.induction_variable, loop.inner_iter_args[0]
+            for j in range(_UNROLL):
+                kj = k if j == 0 else ir.Operation.create(
+                    "arith.addi", [index], [k, index_constant(j * step)]).result
+                a = element(kj, a)
+            scf.YieldOp([a])
+        acc = loop.results[0]
+    if n_main < n:
+        lo = start if not n_main else ir.Operation.create(
+            "arith.addi", [index], [start, index_constant(n_main)]).result
+        loop = scf.ForOp(lo, index_constant(n), index_constant(step), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([element(loop.induction_variable, loop.inner_iter_args[0])])
+        acc = loop.results[0]
+    return acc
+
+
+def _widen(value, info):
+    """A partial as it travels between threads: i1 -> i32, f32 as it is."""
+    from mlir import ir
+
+    if not info.logical:
+        return value
+    return ir.Operation.create("arith.extui", [ir.IntegerType.get_signless(32)],
+                               [value]).result
+
+
+def _narrow(value, info):
+    from mlir import ir
+
+    if not info.logical:
+        return value
+    return ir.Operation.create("arith.trunci", [ir.IntegerType.get_signless(1)],
+                               [value]).result
+
+
+def _combine(info, a, b):
+    from mlir import ir
+
+    return ir.Operation.create(info.comb.name, [a.type], [a, b]).result
+
+
+def _store_total(out, where, total, info) -> None:
+    """``out[where] = combine(out[where], total)`` (an i1 in i8 is narrowed and widened)."""
+    from mlir import ir
+
+    elt = ir.MemRefType(out.type).element_type
+    old = ir.Operation.create("memref.load", [elt], [out] + where).result
+    if info.logical:
+        old = ir.Operation.create("arith.trunci", [ir.IntegerType.get_signless(1)],
+                                  [old]).result
+    new = _combine(info, old, total)
+    if info.logical:
+        new = ir.Operation.create("arith.extui", [elt], [new]).result
+    ir.Operation.create("memref.store", [], [new, out] + where)
+
+
+# -- a warp or a block per output --------------------------------------------------------
+
+def _emit(op, info) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
     index = ir.IndexType.get()
-    f32 = ir.F32Type.get()
-    kind, identity = _COMBINERS[comb.name]
-    operands = list(op.operands)
-    ins, out = operands[:-1], operands[-1]
-    block = op.regions[0].blocks[0]
-    acc = block.arguments[len(block.arguments) - 1]
+    par, red, ranges = info.par, info.red, info.ranges
+    out = list(op.operands)[-1]
     n_out = math.prod(ranges[d] for d in par)
     n_red = math.prod(ranges[d] for d in red)
     per_block = 1 if n_red >= _BLOCK_MIN else _BLOCK // _WARP
@@ -148,32 +442,22 @@ def _emit(op, comb, par, red, maps, ranges) -> None:
         ip = ir.InsertionPoint(guard.then_block) if guard else ir.InsertionPoint(lb)
     with ip, op.location:
         dims = [None] * len(ranges)
-        delinearize(row, par, ranges, dims)
-        start = ir.Operation.create("arith.constant", [f32],
-                                    attributes={"value": ir.FloatAttr.get(f32, identity)}
-                                    ).result
-        loop = scf.ForOp(lane, index_constant(n_red), index_constant(group), [start])
-        with ir.InsertionPoint(loop.body):
-            delinearize(loop.induction_variable, red[::-1], ranges, dims)
-            mapping = {}
-            load_inputs(block, ins, maps, dims, mapping)
-            mapping[acc] = loop.inner_iter_args[0]
-            clone_body_ops([_op(o) for o in block.operations][:-1], mapping, dims)
-            scf.YieldOp([mapping[comb.results[0]]])
-        partial = loop.results[0]
+        _split(row, par, ranges, dims)
+        start = _identity(info)
+        partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims))
         if per_block == 1:
+            kind = (_LOGICAL if info.logical else _COMBINERS)[info.comb.name][0]
+            wide = _widen(partial, info)
             total = ir.Operation.create(
-                "gpu.all_reduce", [f32], [partial],
+                "gpu.all_reduce", [wide.type], [wide],
                 attributes={"op": ir.Attribute.parse(f"#gpu<all_reduce_op {kind}>"),
                             "uniform": ir.UnitAttr.get()}, regions=1).result
+            total = _narrow(total, info)
         else:
-            total = _warp_reduce(partial, comb.name)
+            total = _narrow(_warp_reduce(_widen(partial, info), info.comb.name), info)
         store = scf.IfOp(compare("eq", lane, index_constant(0)))
         with ir.InsertionPoint(store.then_block):
-            where = indices(maps[-1], dims)
-            old = ir.Operation.create("memref.load", [f32], [out] + where).result
-            new = ir.Operation.create(comb.name, [f32], [old, total]).result
-            ir.Operation.create("memref.store", [], [new, out] + where)
+            _store_total(out, indices(info.maps[-1], dims), total, info)
             scf.YieldOp([])
         if guard:
             scf.YieldOp([])
@@ -182,19 +466,115 @@ def _emit(op, comb, par, red, maps, ranges) -> None:
 
 
 def _warp_reduce(value, combine: str):
-    """Combine ``value`` across the 32 lanes of a warp (butterfly of ``gpu.shuffle xor``;
-    every lane ends with the total)."""
+    """Combine ``value`` (f32 or i32) across the 32 lanes of a warp (butterfly of
+    ``gpu.shuffle xor``; every lane ends with the total)."""
     from mlir import ir
 
     i32 = ir.IntegerType.get_signless(32)
-    f32 = ir.F32Type.get()
+    t = value.type
     width = ir.Operation.create("arith.constant", [i32],
                                 attributes={"value": ir.IntegerAttr.get(i32, _WARP)}).result
     for offset in (16, 8, 4, 2, 1):
         off = ir.Operation.create("arith.constant", [i32],
                                   attributes={"value": ir.IntegerAttr.get(i32, offset)}).result
         other = ir.Operation.create(
-            "gpu.shuffle", [f32, ir.IntegerType.get_signless(1)], [value, off, width],
+            "gpu.shuffle", [t, ir.IntegerType.get_signless(1)], [value, off, width],
             attributes={"mode": ir.Attribute.parse("#gpu<shuffle_mode xor>")}).results[0]
-        value = ir.Operation.create(combine, [f32], [value, other]).result
+        value = ir.Operation.create(combine, [t], [value, other]).result
     return value
+
+
+# -- column tiles --------------------------------------------------------------------------
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def column_tile(info) -> tuple[int, int]:
+    """(W, R): outputs per block (threadIdx.x) and threads splitting the reduction
+    (threadIdx.y) of a column-tile kernel."""
+    n_out = math.prod(info.ranges[d] for d in info.par)
+    n_red = math.prod(info.ranges[d] for d in info.red)
+    w = max(1, min(_WARP, _SECTOR_BITS // max(1, info.column_bits), _pow2_at_least(n_out)))
+    r = min(_COLUMN_THREADS // w, _pow2_at_least(-(-n_red // _COLUMN_PER_THREAD)))
+    r = max(r, _pow2_at_least(-(-_WARP // w)), 2)
+    return w, r
+
+
+def _column_order(info) -> list:
+    """The parallel loops, the one walking the input's last dimension first, then those of
+    its earlier dimensions (innermost first), then the rest."""
+    from mlir import ir
+
+    pos = {}
+    for k, e in enumerate(info.column_map.results):
+        if isinstance(e, ir.AffineDimExpr):
+            pos.setdefault(ir.AffineDimExpr(e).position, k)
+    inside = sorted((d for d in info.par if d in pos), key=lambda d: -pos[d])
+    return inside + [d for d in info.par if d not in pos]
+
+
+def _emit_columns(op, info) -> None:
+    from mlir import ir
+    from mlir.dialects import gpu, scf
+
+    index = ir.IndexType.get()
+    i64 = ir.IntegerType.get_signless(64)
+    ranges = info.ranges
+    out = list(op.operands)[-1]
+    n_out = math.prod(ranges[d] for d in info.par)
+    n_red = math.prod(ranges[d] for d in info.red)
+    w, r = column_tile(info)
+    blocks = -(-n_out // w)
+    slot_t = ir.IntegerType.get_signless(32) if info.logical else ir.F32Type.get()
+    shared = ir.MemRefType.get([w * r], slot_t, memory_space=ir.Attribute.parse(
+        "#gpu.address_space<workgroup>"))
+    with ir.InsertionPoint(op), op.location:
+        c1 = index_constant(1)
+        launch = gpu.LaunchOp((index_constant(blocks), c1, c1),
+                              (index_constant(w), index_constant(r), c1))
+        lb = launch.regions[0].blocks[0]
+        buf = lb.add_argument(shared, op.location)
+        launch.operation.attributes["workgroup_attributions"] = ir.IntegerAttr.get(i64, 1)
+    with ir.InsertionPoint(lb), op.location:
+        bid, tx, ty = lb.arguments[0], lb.arguments[3], lb.arguments[4]
+        o = tx
+        if blocks > 1:
+            scaled = ir.Operation.create("arith.muli", [index],
+                                         [bid, index_constant(w)]).result
+            o = ir.Operation.create("arith.addi", [index], [scaled, tx]).result
+        ragged = n_out % w != 0
+        # the last block's extra columns read the last output's elements (every thread
+        # takes part in the barriers) and store nothing
+        oc = o if not ragged else ir.Operation.create(
+            "arith.minui", [index], [o, index_constant(n_out - 1)]).result
+        dims = [None] * len(ranges)
+        _split(oc, _column_order(info), ranges, dims)
+        partial = _strided_partial(ty, n_red, r, _identity(info),
+                                   _element_fn(op, info, dims))
+        row = ir.Operation.create("arith.muli", [index], [ty, index_constant(w)]).result
+        slot = ir.Operation.create("arith.addi", [index], [row, tx]).result
+        ir.Operation.create("memref.store", [], [_widen(partial, info), buf, slot])
+        step = r // 2
+        while step >= 1:
+            gpu.BarrierOp()
+            half = scf.IfOp(compare("ult", ty, index_constant(step)))
+            with ir.InsertionPoint(half.then_block):
+                other = ir.Operation.create("arith.addi", [index],
+                                            [slot, index_constant(step * w)]).result
+                a = ir.Operation.create("memref.load", [slot_t], [buf, slot]).result
+                b = ir.Operation.create("memref.load", [slot_t], [buf, other]).result
+                ir.Operation.create("memref.store", [], [_combine(info, a, b), buf, slot])
+                scf.YieldOp([])
+            step //= 2
+        # row 0 wrote slot tx itself in the last step: no barrier before reading it
+        first = compare("eq", ty, index_constant(0))
+        if ragged:
+            inside = compare("ult", o, index_constant(n_out))
+            first = ir.Operation.create("arith.andi", [first.type], [first, inside]).result
+        store = scf.IfOp(first)
+        with ir.InsertionPoint(store.then_block):
+            total = ir.Operation.create("memref.load", [slot_t], [buf, tx]).result
+            _store_total(out, indices(info.maps[-1], dims), _narrow(total, info), info)
+            scf.YieldOp([])
+        ir.Operation.create("gpu.terminator", [])

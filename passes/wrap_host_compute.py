@@ -26,7 +26,9 @@ the return:
   a parallel dimension take the serial path below.
 * A row reduction (parallel and reduction loops: a softmax's row max, a norm weight's
   gradient summed over tokens) with at least 32 elements per output becomes a cooperative
-  kernel: a warp or a whole block per output element (``passes/row_reductions.py``).
+  kernel: a warp or a whole block per output element, or column tiles when the reduction
+  runs over an outer dimension (``passes/row_reductions.py``); f32 combiners and i1
+  all/any/xor held in i8 buffers.
 * Maximal runs of consecutive host-compute ops are wrapped, in order, into a one-iteration
   ``scf.parallel (%i) = (0) to (1) step (1)``; ``latch-form-kernels`` turns each into a
   kernel with one working thread (a "serial kernel").  Allocations, constants and

@@ -410,13 +410,20 @@ func.func @coalesced_copy(%a: memref<4x256xf32>, %b: memref<4x256xf32>) {
 // Row reductions get a group of threads per output element: a warp for short rows
 // (butterfly of shuffles), a whole block for long ones (gpu.all_reduce); the partial
 // results live in registers, and lane 0 combines the total with the output's initial value.
+// Each thread's strided loop is unrolled 4 times (same elements, same order), with a
+// remainder loop when the trip count does not divide.  A reduction over the *outer*
+// dimension (the unit-stride input dimension is a parallel loop) gets column tiles
+// instead: 8 consecutive f32 outputs per block (threadIdx.x), R threads (threadIdx.y)
+// splitting the reduction, partials combined by a tree in workgroup memory.
 #rr_in = affine_map<(d0, d1) -> (d0, d1)>
 #rr_row = affine_map<(d0, d1) -> (d0)>
 #rr_col = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: func.func @row_max(
 // CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c64, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
-// CHECK: %[[P:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %cst) -> (f32)
-// CHECK: arith.maximumf
+// CHECK: %[[P:.*]] = scf.for %{{.*}} = %{{.*}} to %c4096 step %c1024 iter_args(%{{.*}} = %cst) -> (f32)
+// CHECK-COUNT-4: arith.maximumf
+// CHECK: scf.yield
+// CHECK-NOT: scf.for
 // CHECK: gpu.all_reduce maximumf %[[P]] uniform
 // CHECK: scf.if
 // CHECK: memref.load %arg1
@@ -424,12 +431,28 @@ func.func @coalesced_copy(%a: memref<4x256xf32>, %b: memref<4x256xf32>) {
 // CHECK: memref.store
 // CHECK-NOT: linalg.generic
 // CHECK-LABEL: func.func @col_sum_of_squares(
-// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c4, {{.*}}) threads({{.*}}) in ({{.*}} = %c32, {{.*}} = %c8,
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c4, {{.*}}) threads(%[[TX:.*]], %[[TY:.*]], %{{.*}}) in ({{.*}} = %c8, {{.*}} = %c16, {{.*}}) workgroup(%[[WG:.*]] : memref<128xf32, #gpu.address_space<workgroup>>)
+// CHECK: %[[O:.*]] = arith.addi %{{.*}}, %[[TX]] : index
+// CHECK: %[[OC:.*]] = arith.minui %[[O]], %c29
+// CHECK: %[[MAIN:.*]] = scf.for %{{.*}} = %[[TY]] to %c64 step %c64{{.*}} iter_args(%{{.*}} = %cst) -> (f32)
+// CHECK-COUNT-4: memref.load %arg0[%{{.*}}, %[[OC]]] : memref<100x30xf32>
+// CHECK: scf.yield
+// CHECK: %[[LO:.*]] = arith.addi %[[TY]], %c64
+// CHECK: %[[REST:.*]] = scf.for %{{.*}} = %[[LO]] to %c100 step %c16{{.*}} iter_args(%{{.*}} = %[[MAIN]]) -> (f32)
+// CHECK: memref.store %[[REST]], %[[WG]][%[[SLOT:.*]]] : memref<128xf32
+// CHECK: gpu.barrier
 // CHECK: scf.if
-// CHECK: scf.for
-// CHECK: memref.load %arg0[%{{.*}}, %[[COL:.*]]] : memref<100x30xf32>
-// CHECK-COUNT-5: gpu.shuffle xor
-// CHECK: memref.store %{{.*}}, %arg1[%[[COL]]]
+// CHECK: %[[OTHER:.*]] = arith.addi %[[SLOT]], %c64
+// CHECK: memref.load %[[WG]][%[[OTHER]]]
+// CHECK-COUNT-3: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK: arith.cmpi ult, %[[O]], %c30
+// CHECK: scf.if
+// CHECK: %[[TOTAL:.*]] = memref.load %[[WG]][%[[TX]]]
+// CHECK: %[[OLD:.*]] = memref.load %arg1[%[[OC]]]
+// CHECK: %[[NEW:.*]] = arith.addf %[[OLD]], %[[TOTAL]]
+// CHECK: memref.store %[[NEW]], %arg1[%[[OC]]]
+// KERNELS: gpu.func @col_sum_of_squares_kernel({{.*}}) workgroup(%{{.*}} : memref<128xf32, #gpu.address_space<workgroup>>) kernel attributes {known_block_size = array<i32: 8, 16, 1>
 // CHECK-LABEL: func.func @short_rows(
 // CHECK: linalg.generic
 func.func @row_max(%x: memref<64x4096xf32>, %m: memref<64xf32>) {
@@ -457,6 +480,147 @@ func.func @short_rows(%x: memref<64x16xf32>, %m: memref<64xf32>) {
   ^bb0(%a: f32, %acc: f32):
     %r = arith.addf %a, %acc : f32
     linalg.yield %r : f32
+  }
+  return
+}
+
+// -----
+// A norm weight's gradient: sum over all tokens of x * g, one output per feature.  The
+// features are the inputs' unit-stride dimension, so column tiles: 24 outputs / 8 = 3
+// blocks of 8 x 16 threads; 128 tokens / 16 rows of threads = 8 elements each, all in the
+// unrolled loop (no remainder, no clamping of the output index).  The token index is split
+// by affine.apply (the divisors stay constants of the kernel), not arith.divui/remui.
+#ng_in = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#ng_out = affine_map<(d0, d1, d2) -> (0, 0, d2)>
+// CHECK-LABEL: func.func @norm_weight_grad(
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c3, {{.*}}) threads(%[[TX:.*]], %[[TY:.*]], %{{.*}}) in ({{.*}} = %c8, {{.*}} = %c16, {{.*}}) workgroup(%[[WG:.*]] : memref<128xf32, #gpu.address_space<workgroup>>)
+// CHECK: %[[O:.*]] = arith.addi %{{.*}}, %[[TX]] : index
+// CHECK-NOT: arith.minui
+// CHECK: %[[P:.*]] = scf.for %[[K:.*]] = %[[TY]] to %c128 step %c64{{.*}} iter_args(%{{.*}} = %cst) -> (f32)
+// CHECK-DAG: %[[TOK:.*]] = affine.apply #{{.*}}(%[[K]])
+// CHECK-DAG: %[[SEQ:.*]] = affine.apply #{{.*}}(%[[K]])
+// CHECK: memref.load %arg0[%[[SEQ]], %[[TOK]], %[[O]]] : memref<2x64x24xf32>
+// CHECK-NOT: arith.divui
+// CHECK-NOT: arith.remui
+// CHECK-COUNT-4: memref.load %arg1[%{{.*}}, %{{.*}}, %[[O]]] : memref<2x64x24xf32>
+// CHECK: scf.yield
+// CHECK-NOT: scf.for
+// CHECK: memref.store %[[P]], %[[WG]]
+// CHECK-COUNT-4: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK: %[[FIRST:.*]] = arith.cmpi eq, %[[TY]], %c0
+// CHECK-NEXT: scf.if %[[FIRST]]
+// CHECK: memref.store %{{.*}}, %arg2[%c0{{.*}}, %c0{{.*}}, %[[O]]] : memref<1x1x24xf32>
+func.func @norm_weight_grad(%x: memref<2x64x24xf32>, %g: memref<2x64x24xf32>,
+                            %w: memref<1x1x24xf32>) {
+  linalg.generic {indexing_maps = [#ng_in, #ng_in, #ng_out],
+                  iterator_types = ["reduction", "reduction", "parallel"]}
+      ins(%x, %g : memref<2x64x24xf32>, memref<2x64x24xf32>) outs(%w : memref<1x1x24xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %p = arith.mulf %a, %b : f32
+    %r = arith.addf %p, %acc : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// -----
+// torch's all/any over a row (a masked softmax's "whole row is -inf" test) reaches the GPU
+// target as an i8 buffer holding an i1 (i1 buffers are widened): the body yields
+// extui(andi/ori(trunci(acc), e)).  It gets the same cooperative kernels: the partial
+// stays i1 in the loop and travels as i32 through shuffles, gpu.all_reduce and workgroup
+// memory; the thread that stores narrows the old value, combines and widens again.
+#lg_in = affine_map<(d0, d1) -> (d0, d1)>
+#lg_row = affine_map<(d0, d1) -> (d0)>
+#lg_col = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @row_all_neg_inf(
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c6, {{.*}}) threads({{.*}}) in ({{.*}} = %c32, {{.*}} = %c8,
+// CHECK: %[[T:.*]] = arith.constant true
+// CHECK: %[[P:.*]] = scf.for %{{.*}} = %{{.*}} to %c1024 step %c128 iter_args(%{{.*}} = %[[T]]) -> (i1)
+// CHECK-COUNT-4: arith.andi %{{.*}}, %{{.*}} : i1
+// CHECK: scf.yield
+// CHECK: %[[W:.*]] = arith.extui %[[P]] : i1 to i32
+// CHECK: gpu.shuffle xor %[[W]]
+// CHECK-COUNT-4: gpu.shuffle xor %{{.*}} : i32
+// CHECK: %[[ALL:.*]] = arith.trunci %{{.*}} : i32 to i1
+// CHECK: scf.if
+// CHECK: %[[OLD8:.*]] = memref.load %arg1[%[[ROW:.*]]] : memref<48xi8>
+// CHECK: %[[OLD:.*]] = arith.trunci %[[OLD8]] : i8 to i1
+// CHECK: %[[NEW:.*]] = arith.andi %[[OLD]], %[[ALL]] : i1
+// CHECK: %[[NEW8:.*]] = arith.extui %[[NEW]] : i1 to i8
+// CHECK: memref.store %[[NEW8]], %arg1[%[[ROW]]] : memref<48xi8>
+// CHECK-LABEL: func.func @row_any_long(
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c4, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// CHECK: %[[F:.*]] = arith.constant false
+// CHECK: %[[P:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[F]]) -> (i1)
+// CHECK: %[[W:.*]] = arith.extui %[[P]] : i1 to i32
+// CHECK: %[[ANY:.*]] = gpu.all_reduce or %[[W]] uniform
+// CHECK: arith.trunci %[[ANY]] : i32 to i1
+// CHECK-LABEL: func.func @col_any_nan(
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c2, {{.*}}) threads({{.*}}) in ({{.*}} = %c8, {{.*}} = %c128, {{.*}}) workgroup(%[[WG:.*]] : memref<1024xi32, #gpu.address_space<workgroup>>)
+// CHECK: %[[F:.*]] = arith.constant false
+// CHECK: %[[P:.*]] = scf.for %{{.*}} to %c8192 step %c512{{.*}} iter_args(%{{.*}} = %[[F]]) -> (i1)
+// CHECK-COUNT-4: arith.ori %{{.*}}, %{{.*}} : i1
+// CHECK: %[[W:.*]] = arith.extui %[[P]] : i1 to i32
+// CHECK: memref.store %[[W]], %[[WG]]
+// CHECK-COUNT-7: arith.ori %{{.*}}, %{{.*}} : i32
+// CHECK: %[[TOTAL:.*]] = memref.load %[[WG]]
+// CHECK: arith.trunci %[[TOTAL]] : i32 to i1
+// CHECK: arith.extui %{{.*}} : i1 to i8
+// CHECK-LABEL: func.func @acc_read_twice(
+// CHECK-NOT: gpu.launch
+// CHECK: linalg.generic
+// KERNELS: gpu.func @col_any_nan_kernel({{.*}}) workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>>) kernel attributes {known_block_size = array<i32: 8, 128, 1>
+func.func @row_all_neg_inf(%x: memref<48x1024xf32>, %m: memref<48xi8>) {
+  %ninf = arith.constant 0xFF800000 : f32
+  linalg.generic {indexing_maps = [#lg_in, #lg_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<48x1024xf32>) outs(%m : memref<48xi8>) {
+  ^bb0(%a: f32, %acc: i8):
+    %t = arith.trunci %acc : i8 to i1
+    %c = arith.cmpf oeq, %a, %ninf : f32
+    %r = arith.andi %c, %t : i1
+    %w = arith.extui %r : i1 to i8
+    linalg.yield %w : i8
+  }
+  return
+}
+func.func @row_any_long(%x: memref<4x8192xf32>, %m: memref<4xi8>) {
+  %z = arith.constant 0.0 : f32
+  linalg.generic {indexing_maps = [#lg_in, #lg_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x8192xf32>) outs(%m : memref<4xi8>) {
+  ^bb0(%a: f32, %acc: i8):
+    %t = arith.trunci %acc : i8 to i1
+    %c = arith.cmpf ogt, %a, %z : f32
+    %r = arith.ori %t, %c : i1
+    %w = arith.extui %r : i1 to i8
+    linalg.yield %w : i8
+  }
+  return
+}
+func.func @col_any_nan(%x: memref<8192x16xf32>, %m: memref<16xi8>) {
+  linalg.generic {indexing_maps = [#lg_in, #lg_col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<8192x16xf32>) outs(%m : memref<16xi8>) {
+  ^bb0(%a: f32, %acc: i8):
+    %t = arith.trunci %acc : i8 to i1
+    %c = arith.cmpf uno, %a, %a : f32
+    %r = arith.ori %t, %c : i1
+    %w = arith.extui %r : i1 to i8
+    linalg.yield %w : i8
+  }
+  return
+}
+// the accumulator is read twice: not a plain combine, stays one loop per thread
+func.func @acc_read_twice(%x: memref<4x1024xf32>, %m: memref<4xi8>) {
+  %z = arith.constant 0.0 : f32
+  linalg.generic {indexing_maps = [#lg_in, #lg_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x1024xf32>) outs(%m : memref<4xi8>) {
+  ^bb0(%a: f32, %acc: i8):
+    %t = arith.trunci %acc : i8 to i1
+    %c = arith.cmpf ogt, %a, %z : f32
+    %r = arith.andi %c, %t : i1
+    %r2 = arith.xori %r, %t : i1
+    %w = arith.extui %r2 : i1 to i8
+    linalg.yield %w : i8
   }
   return
 }
