@@ -252,7 +252,8 @@ def main() -> int:
                     ok["latch"][f"speedup_vs_{e}"] = ratio
                     print(f"B{batch} latch vs {e}: {ratio:.2f}x", flush=True)
         curves = {e: r["losses"] for e, r in ok.items()}
-        if "latch" in curves and "torch-eager" in curves:
+        if "latch" in curves and "torch-eager" in curves and \
+                min(len(curves["latch"]), len(curves["torch-eager"])):
             a, b = curves["latch"], curves["torch-eager"]
             n = min(len(a), len(b))
             dev = max(abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n]))
