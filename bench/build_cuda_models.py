@@ -29,6 +29,7 @@ WORKLOADS = {
     "char_lm_adamw_clip": ("char_lm", "adamw_schedule_clip", "blocks.*.fc*"),
     "tiny_moe_adamw_clip": ("tiny_moe", "adamw_schedule_clip", "*.moe.w*"),
     "tiny_moe_partition_every": ("tiny_moe", "partition_every", "*.moe.w*"),
+    "looped_adamw_clip": ("looped", "adamw_schedule_clip", "block.*"),
 }
 
 

@@ -36,7 +36,7 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 
-WORKLOAD_MODEL = {"mlp": "mlp", "char_lm": "char_lm", "tiny_moe": "tiny_moe"}
+WORKLOAD_MODEL = {"mlp": "mlp", "char_lm": "char_lm", "tiny_moe": "tiny_moe", "looped": "looped"}
 
 
 def wc(s, peak, warmup, total, final_ratio):

@@ -15,6 +15,7 @@ PASSES: dict[str, str] = {
     "latch-lower-control": "lower_control:LowerControl",
     "latch-lower-optimizers": "lower_optimizers:LowerOptimizers",
     "latch-specialize-every": "specialize_every:SpecializeEvery",
+    "latch-unroll-kernel-loops": "unroll_kernel_loops:UnrollKernelLoops",
     "latch-lower-collectives": "lower_collectives:LowerCollectives",
     "latch-schedule-collectives": "schedule_collectives:ScheduleCollectives",
     "latch-plan-memory": "plan_memory:PlanMemory",

@@ -5,7 +5,8 @@ Stages (each a named pipeline, replayable with ``latch-opt``)::
 
     [latch-lower-rules]            a Latch program -> func/linalg/scf on tensors
     latch-specialize-every         every(N) rules: one update function per outcome of their
-                                   conditions (update variants; none without every)
+                                   conditions (update variants; none without every);
+    latch-unroll-kernel-loops      loops around kernels (repeat/loop/scan) unrolled
     latch-bufferize                -> memrefs + the static memory plan (latch.offset, arena)
     latch-wrap-host-compute        host code touching buffers -> one-iteration scf.parallel
     latch-form-kernels{block}      -> gpu.launch_func + outlined gpu.module kernels
@@ -217,9 +218,10 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_9
     if stage in ("latch", "tensors"):
         _drop_dead_functions(module, entry)
         # every(N) rules: one update variant per outcome (passes/specialize_every.py)
+        # and no host loops around kernels: repeat/loop/scan bodies are unrolled
         timed("latch-specialize-every", _run, module,
-              "builtin.module(latch-specialize-every, canonicalize, cse)",
-              "latch-specialize-every")
+              "builtin.module(latch-specialize-every, latch-unroll-kernel-loops, "
+              "canonicalize, cse)", "latch-specialize-every")
         from latch.passes.specialize_every import variants as _variants
         found = _variants(module.operation)
         if found:

@@ -7,6 +7,8 @@ parameters and inputs for that seed.
 - :func:`make_mlp`: MLP regression (Linear, GELU, MSE).
 - :func:`make_char_lm`: tiny char-level transformer LM (Embedding, LayerNorm, causal
   ``F.scaled_dot_product_attention``, GELU, cross-entropy).
+- :func:`make_looped`: a residual block applied 3 times with shared weights
+  (``latch.repeat``).
 - :func:`make_tiny_moe`: mini TinyMoE following ``WORKLOADS.md`` at tiny sizes (RMSNorm,
   fused qkv, causal attention, tied embedding/LM head, fp32 router softmax, top-2 with
   renormalised gates, capacity ``C = ceil(1.25 * N * k / E)``, rank-in-expert by flattened
@@ -219,4 +221,41 @@ def make_tiny_moe(seed: int = 0, batch: int = 2, seq: int = 16, vocab: int = 64)
     return model, (data[:, :-1].contiguous(), data[:, 1:].contiguous())
 
 
-MODELS = {"mlp": make_mlp, "char_lm": make_char_lm, "tiny_moe": make_tiny_moe}
+# ---------------------------------------------------------------------------------------
+# (d) looped layers: a block applied several times with shared weights (latch.repeat)
+# ---------------------------------------------------------------------------------------
+class LoopedBlock(nn.Module):
+    def __init__(self, d: int = 16, h: int = 32):
+        super().__init__()
+        self.norm = RMSNorm(d)
+        self.fc1 = nn.Linear(d, h)
+        self.fc2 = nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class LoopedMLP(nn.Module):
+    """A projection in, one residual block applied ``times`` times with shared weights
+    (``latch.repeat``: a plain loop in eager mode), a projection out, MSE."""
+
+    def __init__(self, d_in: int = 8, d: int = 16, d_out: int = 4, times: int = 3):
+        super().__init__()
+        self.pre = nn.Linear(d_in, d)
+        self.block = LoopedBlock(d)
+        self.post = nn.Linear(d, d_out)
+        self.times = times
+
+    def forward(self, x, y):
+        import latch
+        return F.mse_loss(self.post(latch.repeat(self.block, self.pre(x), self.times)), y)
+
+
+def make_looped(seed: int = 0, batch: int = 16):
+    torch.manual_seed(seed)
+    model = LoopedMLP()
+    return model, (torch.randn(batch, 8), torch.randn(batch, 4))
+
+
+MODELS = {"mlp": make_mlp, "char_lm": make_char_lm, "tiny_moe": make_tiny_moe,
+          "looped": make_looped}

@@ -350,7 +350,7 @@ def test_materialized_arena_maps_to_the_same_offsets():
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 
-_MODEL_NAMES = ("mlp", "char_lm", "tiny_moe")
+_MODEL_NAMES = ("mlp", "char_lm", "tiny_moe", "looped")
 
 
 def _adamw_clip():
