@@ -43,6 +43,20 @@ def function_definitions(module):
             yield op
 
 
+def int_constant(v):
+    """The integer value of ``v`` when an ``arith.constant`` defines it, else None."""
+    from mlir import ir
+
+    owner = v.owner
+    if hasattr(owner, "arguments"):
+        return None
+    o = owner.operation if hasattr(owner, "operation") else owner
+    if o.name != "arith.constant":
+        return None
+    a = o.attributes["value"]
+    return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None
+
+
 def _convert(pass_name: str, key: str, raw: str, annotation) -> object:
     kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
     try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, function_definitions, int_constant
 from latch.passes.generic_body import compare, delinearize, flat_launch, index_constant
 
 _MAX_GRID_X = 2 ** 31 - 1
@@ -32,18 +32,6 @@ _MAX_GRID_X = 2 ** 31 - 1
 
 def _op(o):
     return o.operation if hasattr(o, "operation") else o
-
-
-def _constant(v):
-    from mlir import ir
-
-    owner = v.owner
-    if hasattr(owner, "arguments"):
-        return None
-    o = _op(owner)
-    if o.name != "arith.constant":
-        return None
-    return ir.IntegerAttr(o.attributes["value"]).value
 
 
 def _nested_parallel(op) -> bool:
@@ -85,7 +73,7 @@ def _map(par, threads: int) -> None:
         return
     operands = list(par.operands)
     lbs, ubs, steps = operands[:n], operands[n:2 * n], operands[2 * n:3 * n]
-    bounds = [(_constant(lo), _constant(hi), _constant(st))
+    bounds = [(int_constant(lo), int_constant(hi), int_constant(st))
               for lo, hi, st in zip(lbs, ubs, steps)]
     if any(None in b for b in bounds) or any(st <= 0 for _, _, st in bounds):
         return

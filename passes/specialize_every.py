@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, function_definitions, int_constant
 
 
 def _op(o):
@@ -39,16 +39,6 @@ def _op(o):
 def _owner(v):
     owner = v.owner
     return None if hasattr(owner, "arguments") else _op(owner)
-
-
-def _const_int(v):
-    from mlir import ir
-
-    o = _owner(v)
-    if o is None or o.name != "arith.constant":
-        return None
-    a = o.attributes["value"]
-    return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None
 
 
 def _counter_term(v, block):
@@ -62,7 +52,7 @@ def _counter_term(v, block):
             return None
         if o.name == "arith.addi":
             for a, b in ((o.operands[0], o.operands[1]), (o.operands[1], o.operands[0])):
-                c = _const_int(b)
+                c = int_constant(b)
                 if c is not None:
                     offset += c
                     v = a
@@ -94,9 +84,9 @@ def every_condition(cond, block):
         return None
     for rem, zero in ((o.operands[0], o.operands[1]), (o.operands[1], o.operands[0])):
         r = _owner(rem)
-        if _const_int(zero) != 0 or r is None or r.name != "arith.remsi":
+        if int_constant(zero) != 0 or r is None or r.name != "arith.remsi":
             continue
-        period = _const_int(r.operands[1])
+        period = int_constant(r.operands[1])
         term = _counter_term(r.operands[0], block)
         if period and period > 0 and term is not None:
             return term[0], term[1], period

@@ -19,24 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, function_definitions, int_constant
 
 
 def _op(o):
     return o.operation if hasattr(o, "operation") else o
-
-
-def _const_index(v):
-    from mlir import ir
-
-    owner = v.owner
-    if hasattr(owner, "arguments"):
-        return None
-    o = _op(owner)
-    if o.name != "arith.constant":
-        return None
-    a = o.attributes["value"]
-    return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None
 
 
 def _has_parallel_work(op) -> bool:
@@ -71,7 +58,7 @@ class UnrollKernelLoops(ModulePass):
 def _unroll(for_op, max_trips: int) -> bool:
     from mlir import ir
 
-    lb, ub, step = (_const_index(v) for v in list(for_op.operands)[:3])
+    lb, ub, step = (int_constant(v) for v in list(for_op.operands)[:3])
     if lb is None or ub is None or not step or step <= 0:
         return False
     trips = len(range(lb, ub, step))
