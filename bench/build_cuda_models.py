@@ -38,6 +38,30 @@ def batches_for(make, steps):
     return [example] + [make(seed=1000 + s)[1] for s in range(1, steps)]
 
 
+def write_reference(path, model, config, pattern, batches, **extra) -> None:
+    """``path`` (.npz): the initial parameters, the batches, the float64 PyTorch losses,
+    parameters and optimizer moments after training on them (tests/py/reference.py), and
+    PyTorch float32's own relative L2 per tensor on the same run; ``extra``: more arrays."""
+    import numpy as np
+    import torch
+
+    from reference import rel_l2, train_fp64, train_torch
+
+    losses, params, states = train_fp64(model, config, batches, pattern)
+    l32, p32, s32 = train_torch(model, config, batches, pattern, torch.float32)
+    ref = {"losses": np.array(losses), "torch32_losses": np.array(l32),
+           "steps": np.array(len(batches)), **{k: np.array(v) for k, v in extra.items()}}
+    for n, t in model.named_parameters():
+        ref[f"init/{n}"] = t.detach().numpy()
+    for i, b in enumerate(batches):
+        for j, x in enumerate(b):
+            ref[f"batch/{i}/{j}"] = x.numpy()
+    for n, a in {**params, **states}.items():
+        ref[f"ref/{n}"] = a
+        ref[f"torch32_err/{n}"] = np.array(rel_l2((p32 | s32)[n], a))
+    np.savez(path, **ref)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=6)
@@ -45,16 +69,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "artifacts"))
     args = p.parse_args(argv)
 
-    import numpy as np
-    import torch
-
     import latch
     from models import MODELS
-    from reference import latch_rule, rel_l2, train_fp64, train_torch
+    from reference import latch_rule
 
     os.makedirs(args.out, exist_ok=True)
     only = [w for w in args.only.split(",") if w]
-    summary = {}
+    bpath = os.path.join(args.out, "build.json")   # --only rebuilds keep the others' entries
+    summary = json.load(open(bpath)) if os.path.exists(bpath) else {}
     for workload, (model_name, config, pattern) in WORKLOADS.items():
         if only and workload not in only:
             continue
@@ -68,20 +90,8 @@ def main(argv=None) -> int:
         print(f"== {workload}: {path} ({os.path.getsize(path):,} bytes, {seconds:.1f} s)")
         print(prog.report())
 
-        batches = batches_for(make, args.steps)
-        losses, params, states = train_fp64(model, config, batches, pattern)
-        l32, p32, s32 = train_torch(model, config, batches, pattern, torch.float32)
-        ref = {"losses": np.array(losses), "torch32_losses": np.array(l32),
-               "steps": np.array(args.steps)}
-        for n, t in model.named_parameters():
-            ref[f"init/{n}"] = t.detach().numpy()
-        for i, b in enumerate(batches):
-            for j, x in enumerate(b):
-                ref[f"batch/{i}/{j}"] = x.numpy()
-        for n, a in {**params, **states}.items():
-            ref[f"ref/{n}"] = a
-            ref[f"torch32_err/{n}"] = np.array(rel_l2((p32 | s32)[n], a))
-        np.savez(os.path.join(args.out, f"{workload}.ref.npz"), **ref)
+        write_reference(os.path.join(args.out, f"{workload}.ref.npz"), model, config, pattern,
+                        batches_for(make, args.steps))
         m = prog.manifest
         summary[workload] = {
             "model": model_name, "config": config, "pattern": pattern,

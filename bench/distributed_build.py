@@ -48,12 +48,10 @@ def main(argv=None) -> int:
                         "check covers overlapping reductions); TinyMoE uses the default 25")
     args = p.parse_args(argv)
 
-    import numpy as np
-    import torch
-
     import latch
+    from build_cuda_models import batches_for, write_reference
     from models import MODELS
-    from reference import latch_rule, rel_l2, train_fp64, train_torch
+    from reference import latch_rule
 
     os.makedirs(OUT, exist_ok=True)
     summary = {}
@@ -76,20 +74,8 @@ def main(argv=None) -> int:
         one.save(os.path.join(OUT, f"{name}-1gpu.latch"))
         print(f"== {name}: G={G}, {args.ranks} ranks x {G // args.ranks} "
               f"({time.perf_counter() - t0:.1f} s)\n{dp.report()}", flush=True)
-        batches = [example] + [make(seed=1000 + s)[1] for s in range(1, args.steps)]
-        losses, params, states = train_fp64(model, CONFIG, batches, PATTERN)
-        l32, p32, s32 = train_torch(model, CONFIG, batches, PATTERN, torch.float32)
-        ref = {"losses": np.array(losses), "steps": np.array(args.steps),
-               "ranks": np.array(args.ranks)}
-        for n, t in model.named_parameters():
-            ref[f"init/{n}"] = t.detach().numpy()
-        for i, b in enumerate(batches):
-            for j, x in enumerate(b):
-                ref[f"batch/{i}/{j}"] = x.numpy()
-        for n, a in {**params, **states}.items():
-            ref[f"ref/{n}"] = a
-            ref[f"torch32_err/{n}"] = np.array(rel_l2((p32 | s32)[n], a))
-        np.savez(os.path.join(OUT, f"{name}.ref.npz"), **ref)
+        write_reference(os.path.join(OUT, f"{name}.ref.npz"), model, CONFIG, PATTERN,
+                        batches_for(make, args.steps), ranks=args.ranks)
         summary[name] = {"global_batch": G, "bucket_mb": args.bucket_mb,
                          "collectives": dp.manifest.get("collectives", []),
                          "launches_dp": len(dp.manifest["launches"]),
