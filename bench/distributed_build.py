@@ -18,9 +18,9 @@ of their shards' mean losses is the gradient of the global batch's mean loss.  (
 is not a mean over examples — TinyMoE's load-balancing term, its capacity limit — differs
 between the two, in Latch as in DDP.)
 
-``--tinymoe``: also TinyMoE-196M B32 per GPU, bf16, recipe Q, ``distributed=True``
-(``bench/artifacts/dp/tinymoe196m-b32-bf16-dp.latch``) for the scaling benchmark; the
-one-GPU program is bench/tinymoe196m_build.py's ``b32-bf16``.
+``--tinymoe``: also TinyMoE-196M per GPU at ``--tinymoe-batches`` (default 32: recipe Q;
+2: recipe B2), bf16, ``distributed=True`` (``bench/artifacts/dp/tinymoe196m-b<B>-bf16-dp.latch``)
+for the scaling benchmark; the one-GPU programs are bench/tinymoe196m_build.py's.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def main(argv=None) -> int:
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--only", default="mlp,char_lm")
-    p.add_argument("--tinymoe", action="store_true")
+    p.add_argument("--tinymoe", action="store_true", help="also TinyMoE-196M at --tinymoe-batches")
+    p.add_argument("--tinymoe-batches", default="32")
     p.add_argument("--bucket-mb", type=float, default=0.004,
                    help="bucket size of the small models (small: several buckets, so the "
                         "check covers overlapping reductions); TinyMoE uses the default 25")
@@ -83,18 +84,19 @@ def main(argv=None) -> int:
     if args.tinymoe:
         from tinymoe_model import make_tinymoe_196m, tinymoe_rule
 
-        model, example = make_tinymoe_196m(batch=32)
-        t0 = time.perf_counter()
-        prog = latch.compile(model, tinymoe_rule("Q"), example, target="cuda",
-                             precision="bf16", distributed=True)
-        path = os.path.join(OUT, "tinymoe196m-b32-bf16-dp.latch")
-        prog.save(path)
-        seconds = time.perf_counter() - t0
-        print(f"== tinymoe196m-b32-bf16-dp ({seconds:.1f} s)\n{prog.report()}", flush=True)
-        summary["tinymoe196m-b32-bf16-dp"] = {
-            "compile_s": round(seconds, 1), "launches": len(prog.manifest["launches"]),
-            "buckets": len(prog.manifest.get("collectives", [])),
-            "arena_bytes": prog.manifest["arena_bytes"]}
+        for batch in [int(b) for b in args.tinymoe_batches.split(",") if b]:
+            model, example = make_tinymoe_196m(batch=batch)
+            t0 = time.perf_counter()
+            prog = latch.compile(model, tinymoe_rule("B2" if batch == 2 else "Q"), example,
+                                 target="cuda", precision="bf16", distributed=True)
+            name = f"tinymoe196m-b{batch}-bf16-dp"
+            prog.save(os.path.join(OUT, f"{name}.latch"))
+            seconds = time.perf_counter() - t0
+            print(f"== {name} ({seconds:.1f} s)\n{prog.report()}", flush=True)
+            summary[name] = {
+                "compile_s": round(seconds, 1), "launches": len(prog.manifest["launches"]),
+                "buckets": len(prog.manifest.get("collectives", [])),
+                "arena_bytes": prog.manifest["arena_bytes"]}
     with open(os.path.join(OUT, "build.json"), "w") as f:
         json.dump(summary, f, indent=1, sort_keys=True)
     return 0

@@ -14,9 +14,11 @@ gathers what rank 0 of each reports:
   losses (each rank reports the global mean loss), whether every rank holds bitwise the same
   parameters, and whether the step's CUDA graph (NCCL inside) was captured.  Rank 0 also
   runs ``<model>-1gpu.latch`` (one GPU, the global batch) as the control.
-* ``tinymoe`` (1 GPU, then N GPUs): TinyMoE-196M, bf16, recipe Q, batch 32 per GPU.  Latch:
-  the one-GPU program (tinymoe196m-b32-bf16.latch) on 1 GPU, the data-parallel program
-  (dp/tinymoe196m-b32-bf16-dp.latch) on N; PyTorch: ``torch.compile`` (default mode) on 1
+* ``tinymoe`` (1 GPU, then N GPUs): TinyMoE-196M, bf16, ``--batch`` sequences per GPU (32:
+  recipe Q, 2: recipe B2).  Latch: the one-GPU program (tinymoe196m-b<B>-bf16.latch) on 1
+  GPU, the data-parallel program (dp/tinymoe196m-b<B>-bf16-dp.latch) on N; engine
+  ``latch-no-overlap``: the same with every reduction waited for as soon as it starts
+  (``LATCH_OVERLAP_COLLECTIVES=0``), to measure what the overlap is worth; PyTorch: ``torch.compile`` (default mode) on 1
   GPU, ``DistributedDataParallel`` + ``torch.compile`` on N, same recipe (autocast bf16,
   AdamW foreach, clip 1.0).  Per update: CUDA events on every rank (median of ``--iters``
   after 3 warm-up updates; the slowest rank counts).  Scaling = N x t(1 GPU) / t(N GPUs).
@@ -190,14 +192,16 @@ def child_tinymoe(args) -> dict:
     else:
         torch.cuda.set_device(0)
     torch.backends.cuda.matmul.allow_tf32 = False
-    model, (idx, tgt) = make_tinymoe_196m(batch=32)
+    model, (idx, tgt) = make_tinymoe_196m(batch=args.batch)
     # each rank its own batch: the tokens rolled by the rank
     idx, tgt = idx.roll(rank * 97, 1).cuda(), tgt.roll(rank * 97, 1).cuda()
     out = {"ranks": world}
-    if args.engine == "latch":
+    if args.engine in ("latch", "latch-no-overlap"):
         import latch
-        path = (os.path.join(DP, "tinymoe196m-b32-bf16-dp.latch") if world > 1 else
-                os.path.join(TINY, "tinymoe196m-b32-bf16.latch"))
+        if args.engine == "latch-no-overlap":
+            os.environ["LATCH_OVERLAP_COLLECTIVES"] = "0"
+        path = (os.path.join(DP, f"tinymoe196m-b{args.batch}-bf16-dp.latch") if world > 1 else
+                os.path.join(TINY, f"tinymoe196m-b{args.batch}-bf16.latch"))
         prog = latch.load(path)
         state = prog.init(model)
         out.update(artifact=os.path.relpath(path, ROOT), launches=len(prog.launches),
@@ -212,12 +216,12 @@ def child_tinymoe(args) -> dict:
             from torch.nn.parallel import DistributedDataParallel as DDP
             m = DDP(m, device_ids=[torch.cuda.current_device()])
         fwd = torch.compile(m)
-        opt = torch.optim.AdamW(params, lr=lr_at(32, 0), betas=(0.9, 0.95), eps=1e-8,
+        opt = torch.optim.AdamW(params, lr=lr_at(args.batch, 0), betas=(0.9, 0.95), eps=1e-8,
                                 weight_decay=0.1, foreach=True)
 
         def step(s):
             for g in opt.param_groups:
-                g["lr"] = lr_at(32, s)
+                g["lr"] = lr_at(args.batch, s)
             opt.zero_grad(set_to_none=False)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = fwd(idx, tgt)
@@ -260,7 +264,7 @@ def _torchrun(n: int, child: str, args, timeout: float) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={n}", os.path.abspath(__file__), "--child", child,
            "--result", path, "--iters", str(args.iters), "--only", args.only,
-           "--engine", args.engine, "--hang-s", str(args.hang_s)]
+           "--engine", args.engine, "--hang-s", str(args.hang_s), "--batch", str(args.batch)]
     t0 = time.perf_counter()
     try:
         r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
@@ -288,6 +292,8 @@ def main() -> int:
                    help="GPU counts of the tinymoe part (default: 1 and --gpus)")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--only", default="mlp,char_lm")
+    p.add_argument("--batch", type=int, default=32,
+                   help="sequences per GPU of the tinymoe part (2: recipe B2, 32: recipe Q)")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     p.add_argument("--result", default="", help=argparse.SUPPRESS)
     p.add_argument("--engine", default="latch", help=argparse.SUPPRESS)
@@ -353,9 +359,10 @@ def main() -> int:
             counts = [int(x) for x in args.gpu_counts.split(",") if x] or [1, args.gpus]
             for n in counts:
                 res = _torchrun(n, "tinymoe", args, args.timeout_s)
-                records.append({"part": "tinymoe-b32-per-gpu", "engine": engine, **res})
+                records.append({"part": f"tinymoe-b{args.batch}-per-gpu", "engine": engine,
+                                **res})
                 by[(engine, n)] = res.get("slowest_rank_median_ms")
-                print(f"tinymoe B32/GPU {engine:18s} {n} GPU(s): "
+                print(f"tinymoe B{args.batch}/GPU {engine:18s} {n} GPU(s): "
                       f"{by[(engine, n)]} ms/update", flush=True)
                 save()
         for engine in args.engines.split(","):
@@ -365,7 +372,7 @@ def main() -> int:
                 records.append({"part": "scaling", "engine": engine, "gpus": args.gpus,
                                 "ms_1gpu": t1, "ms_ngpu": tn, "throughput_scaling": scaling})
                 print(f"scaling {engine}: {scaling:.3f}x on {args.gpus} GPUs "
-                      f"({t1:.1f} -> {tn:.1f} ms/update at 32 sequences per GPU)")
+                      f"({t1:.1f} -> {tn:.1f} ms/update at {args.batch} sequences per GPU)")
         save()
     return 0
 

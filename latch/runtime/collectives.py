@@ -63,9 +63,16 @@ class Collectives:
 
     def __init__(self, specs: list[dict], resolve, owner, torch_device, torch_stream,
                  group=None):
+        import os
+
         import torch
 
         self.specs = sorted(specs, key=lambda c: c["after_launch"])   # stable: list order
+        # LATCH_OVERLAP_COLLECTIVES=0: wait for each reduction right after starting it (no
+        # overlap with the kernels after it; for measuring what the overlap is worth)
+        self.overlap = os.environ.get("LATCH_OVERLAP_COLLECTIVES", "1") != "0"
+        if not self.overlap:
+            self.specs = [dict(c, wait_before_launch=c["after_launch"]) for c in self.specs]
         self._events = events(self.specs)
         self.torch_stream = torch_stream
         self.group = None
@@ -134,4 +141,5 @@ class Collectives:
 
     def describe(self) -> dict:
         return {"buckets": len(self.specs), "bytes": sum(int(c["bytes"]) for c in self.specs),
-                "world_size": self.world_size, "rank": self.rank, "active": self.active}
+                "world_size": self.world_size, "rank": self.rank, "active": self.active,
+                "overlap": self.overlap}
