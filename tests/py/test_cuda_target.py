@@ -176,7 +176,7 @@ _HOST_LOOP = """
 func.func @f(%a: memref<8xf32>) -> memref<8xf32> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
+  %c4 = arith.constant TRIPS : index
   %b = memref.alloc() {latch.pinned} : memref<8xf32>
   scf.for %i = %c0 to %c4 step %c1 {
     linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
@@ -198,12 +198,21 @@ func.func @f(%a: memref<?xf32>) -> memref<?xf32> {
 
 
 def test_host_loop_around_kernels_is_a_clear_error():
+    """A loop around kernels longer than latch-unroll-kernel-loops unrolls (64 trips)."""
     from latch.errors import LatchError
     from latch.targets.cuda import compile_update_to_artifact
 
     with pytest.raises(LatchError) as e:
-        compile_update_to_artifact(_HOST_LOOP, None)
+        compile_update_to_artifact(_HOST_LOOP.replace("TRIPS", "100"), None)
     assert "scf.for" in str(e.value) and "parallel work" in str(e.value)
+
+
+def test_short_host_loop_around_kernels_is_unrolled_into_the_launch_list():
+    from latch.targets.cuda import compile_update_to_artifact
+
+    manifest = compile_update_to_artifact(_HOST_LOOP.replace("TRIPS", "4"), None)
+    assert len(manifest["launches"]) == 4
+    assert len({(la["module"], la["kernel"]) for la in manifest["launches"]}) == 1
 
 
 def test_dynamic_shapes_are_a_clear_error():
