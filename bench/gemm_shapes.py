@@ -94,13 +94,13 @@ def run(only, iters: int) -> int:
     def timed(fn, stream=None):
         times = []
         for _ in range(iters + 3):
-            a = torch.cuda.Event(enable_timing=True)
-            b = torch.cuda.Event(enable_timing=True)
-            a.record(stream)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
             fn()
-            b.record(stream)
-            b.synchronize()
-            times.append(a.elapsed_time(b))
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
         times = times[3:]
         return statistics.median(times), min(times), max(times)
 

@@ -37,7 +37,7 @@ def main(path, limit=8):
         j += 1
     prog = latch.load(path)
     prog.use_graph = False
-    state = prog.init(model)
+    prog.init(model)                  # the model's parameters into the state buffers
     for t, buf in zip(batch, prog.input_buffers):
         buf.view().copy_(t)
     drv.memset_zero(prog.arena.ptr, prog.arena.nbytes, prog.stream, "arena")

@@ -31,7 +31,6 @@ import math
 import os
 import statistics
 import sys
-import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))

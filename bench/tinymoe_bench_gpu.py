@@ -93,7 +93,6 @@ def run_torch(batch, idx, tgt, model, args, compiled: bool) -> dict:
     dev = idx.device
     m = model.to(dev)
     params = list(m.parameters())
-    r = recipe_of(batch)
     fwd = torch.compile(m) if compiled else m
     lr = torch.tensor(lr_at(batch, 0), device=dev) if compiled else lr_at(batch, 0)
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,

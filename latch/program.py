@@ -125,8 +125,6 @@ def _dump(folder: str, name: str, text: str) -> None:
 
 def _append_functions(module, imported) -> None:
     """Move every func.func of ``imported`` to the end of ``module``'s body."""
-    from mlir import ir
-
     body = module.body
     for op in list(imported.body.operations):
         if op.operation.name == "func.func":

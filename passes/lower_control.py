@@ -113,7 +113,7 @@ def _loop(op):
         raise PassError("'latch.loop': body takes (iteration, carried values...)", op.location)
     for_op, new_block = _for(times, inits)
     iv = new_block.arguments[0]
-    term = _move_into(body_ops, new_block, "scf.yield", list(yld.operands))
+    _move_into(body_ops, new_block, "scf.yield", list(yld.operands))
     with I.InsertionPoint.at_block_begin(new_block), op.location:
         i64 = I.IntegerType.get_signless(64)
         it = to_tensor(create("arith.index_cast", [iv], [i64]).result)

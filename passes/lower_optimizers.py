@@ -232,7 +232,6 @@ def _scalar_f64(t):
 
 
 def _sgd(op):
-    I = ir()
     pt = _param_type(op)
     ct = compute_type(pt.element_type)
     m = attr_opt(op, "momentum")

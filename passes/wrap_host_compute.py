@@ -363,8 +363,6 @@ def _store_flag(cond, invert: bool = False):
 def _if_convert_one(if_op, cache=None) -> None:
     from mlir import ir
 
-    i1 = ir.IntegerType.get_signless(1)
-    i8 = ir.IntegerType.get_signless(8)
     cond = if_op.operands[0]
     loc = if_op.location
     with ir.InsertionPoint(if_op), loc:

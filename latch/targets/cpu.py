@@ -18,7 +18,6 @@ import contextvars
 import ctypes
 import functools
 import os
-import re
 from typing import Callable
 
 import numpy as np
