@@ -6,6 +6,8 @@ bench/distributed_gpu.py."""
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,9 +98,6 @@ def test_the_program_averages_every_gradient_and_the_loss_before_the_rule():
 
 @pytest.fixture(scope="module")
 def mlp_dp():
-    import sys
-    from pathlib import Path
-
     sys.path.insert(0, str(Path(__file__).parent))
     from models import make_mlp
 
@@ -145,9 +144,6 @@ def test_the_schedule_starts_buckets_during_the_backward_pass(mlp_dp):
 
 
 def test_a_data_parallel_program_has_the_plain_programs_kernels_plus_bucket_copies(mlp_dp):
-    import sys
-    from pathlib import Path
-
     sys.path.insert(0, str(Path(__file__).parent))
     from models import make_mlp
 
@@ -170,3 +166,40 @@ def test_runtime_events_start_in_manifest_order_and_wait_before_the_first_touche
                   9: [("wait", 0)], 12: [("wait", 2)]}
     with pytest.raises(LatchError, match="starts after launch 7 but is needed before"):
         events([{"after_launch": 7, "wait_before_launch": 2}])
+
+
+# ------------------------------------------------------------------------ GPU (two or more)
+def test_two_ranks_match_one_gpu_and_each_other_on_two_gpus():
+    """On a machine with two GPUs and the artifacts of bench/distributed_build.py: torchrun
+    two ranks of the data-parallel programs (bench/distributed_gpu.py's numerics part) and
+    hold them to float64 of the global batch, to bitwise-equal ranks and to a captured CUDA
+    graph with NCCL inside.  Skips without two GPUs or without the artifacts."""
+    import argparse
+    import importlib
+    import os
+
+    import torch
+
+    root = Path(__file__).resolve().parents[2]
+    dp = root / "bench" / "artifacts" / "dp"
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    if not (dp / "mlp-dp.latch").exists():
+        pytest.skip("no artifacts: run bench/distributed_build.py where MLIR is installed")
+    sys.path.insert(0, str(root / "bench"))
+    try:
+        bench = importlib.import_module("distributed_gpu")
+    finally:
+        sys.path.pop(0)
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    args = argparse.Namespace(iters=1, only="mlp,char_lm", engine="latch", hang_s=240,
+                              batch=32)
+    res = bench._torchrun(2, "numerics", args, 300)
+    assert "error" not in res, res.get("stderr_tail")
+    for name, rec in res.items():
+        assert rec["ranks_bitwise_identical"] and rec["graph_captured"], name
+        assert rec["loss_rel_err"] <= 1e-5, name
+        worst = rec["dp"]["worst_rel_l2"]
+        # within 1e-5 of float64, or no worse than 3x eager float32 on an ill-conditioned
+        # tensor (the qkv biases of the char LM: see README, numerics)
+        assert worst <= 1e-5 or worst <= 3 * rec["dp"]["worst_torch_fp32_rel_l2"], (name, worst)
