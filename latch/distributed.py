@@ -18,6 +18,7 @@ the tests use it.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from latch.errors import LatchError
 
@@ -57,10 +58,7 @@ def plan_buckets(grads: list[tuple[tuple[int, ...], str]], bucket_bytes: int,
         if dtype not in _BYTES:
             raise LatchError(f"gradient {i} has element type {dtype}; only floating-point "
                              "gradients can be averaged")
-        n = 1
-        for d in shape:
-            n *= int(d)
-        nbytes = n * _BYTES[dtype]
+        nbytes = math.prod(shape) * _BYTES[dtype]
         if groups and grads[groups[-1][-1]][1] == dtype and sizes[-1] + nbytes <= bucket_bytes:
             groups[-1].append(i)
             sizes[-1] += nbytes
@@ -73,13 +71,7 @@ def plan_buckets(grads: list[tuple[tuple[int, ...], str]], bucket_bytes: int,
         out.append(Bucket(0, (), True, loss_dtype, 1))
     for k, members in enumerate(groups):
         with_loss = loss_dtype is not None and k == 0 and not loss_alone
-        elements = sum(_numel(grads[i][0]) for i in members) + (1 if with_loss else 0)
+        elements = sum(math.prod(grads[i][0]) for i in members) + (1 if with_loss else 0)
         out.append(Bucket(len(out), tuple(members), with_loss, grads[members[0]][1], elements))
     return out
 
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n

@@ -43,15 +43,20 @@ def function_definitions(module):
             yield op
 
 
+def defining_op(v):
+    """The op that defines the value ``v`` (None for a block argument)."""
+    owner = v.owner
+    if hasattr(owner, "arguments"):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
 def int_constant(v):
     """The integer value of ``v`` when an ``arith.constant`` defines it, else None."""
     from mlir import ir
 
-    owner = v.owner
-    if hasattr(owner, "arguments"):
-        return None
-    o = owner.operation if hasattr(owner, "operation") else owner
-    if o.name != "arith.constant":
+    o = defining_op(v)
+    if o is None or o.name != "arith.constant":
         return None
     a = o.attributes["value"]
     return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None

@@ -28,6 +28,8 @@ one-shot-bufferize{bufferize-function-boundaries})'``
 """
 from __future__ import annotations
 
+import math
+
 from latch.errors import PassError
 from latch.passes.base import ModulePass, function_definitions
 
@@ -77,7 +79,7 @@ def _lower(op) -> None:
     # every slice starts 256-byte aligned, as every buffer of the memory plan does (kernels
     # may use vector loads); the padding is reduced along, never read
     step = max(1, _ALIGN // _element_bytes(element))
-    sizes = [-(-_numel(t.shape) // step) * step for t in types]
+    sizes = [-(-math.prod(t.shape) // step) * step for t in types]
     total = sum(sizes)
     flat = ir.MemRefType.get([total], element)
     i64 = ir.IntegerType.get_signless(64)
@@ -124,9 +126,3 @@ def _element_bytes(t) -> int:
 
     return max(1, ir.FloatType(t).width // 8)
 
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -19,7 +19,7 @@ Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-schedule-colle
 """
 from __future__ import annotations
 
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, defining_op, function_definitions
 from latch.passes.buffer_views import VIEW_OPS, may_write, root
 
 
@@ -40,18 +40,13 @@ class ScheduleCollectives(ModulePass):
                     _schedule(block, op)
 
 
-def _defining_op(v):
-    owner = v.owner
-    return None if hasattr(owner, "arguments") else _op(owner)
-
-
 def _index(block) -> dict:
     return {_op(o): i for i, o in enumerate(block.operations)}
 
 
 def _schedule(block, reduce_op) -> None:
     bucket = reduce_op.operands[0]
-    alloc = _defining_op(bucket)
+    alloc = defining_op(bucket)
     if alloc is None or alloc.name != "memref.alloc" or alloc.parent != reduce_op.parent:
         return
     ops = [_op(o) for o in block.operations]
@@ -72,14 +67,14 @@ def _schedule(block, reduce_op) -> None:
         # the source value itself (and any view chain leading to it) must be defined first,
         # and so must a target view that cannot move
         anchor_at = -1
-        target = _defining_op(c.operands[1])
+        target = defining_op(c.operands[1])
         if target is not None and target not in movable and target != alloc:
             anchor_at = pos[target]
-        d = _defining_op(src)
+        d = defining_op(src)
         while d is not None and d.name in VIEW_OPS:
             if d in pos:
                 anchor_at = max(anchor_at, pos[d])
-            d = _defining_op(d.operands[0])
+            d = defining_op(d.operands[0])
         if d is not None and d in pos:
             anchor_at = max(anchor_at, pos[d])
         base = root(src)

@@ -29,16 +29,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from latch.passes.base import ModulePass, function_definitions, int_constant
+from latch.passes.base import ModulePass, defining_op, function_definitions, int_constant
 
 
 def _op(o):
     return o.operation if hasattr(o, "operation") else o
-
-
-def _owner(v):
-    owner = v.owner
-    return None if hasattr(owner, "arguments") else _op(owner)
 
 
 def _counter_term(v, block):
@@ -47,7 +42,7 @@ def _counter_term(v, block):
 
     offset = 0
     while True:
-        o = _owner(v)
+        o = defining_op(v)
         if o is None:
             return None
         if o.name == "arith.addi":
@@ -66,7 +61,7 @@ def _counter_term(v, block):
                 if t.owner != block:
                     return None
                 return ir.BlockArgument(t).arg_number, offset
-            inner = _owner(t)
+            inner = defining_op(t)
             if inner is not None and inner.name == "tensor.from_elements" and \
                     len(inner.operands) == 1:
                 v = inner.operands[0]
@@ -78,12 +73,12 @@ def every_condition(cond, block):
     """(state argument, offset, period) when ``cond`` is ``(counter + k) % N == 0``."""
     from mlir import ir
 
-    o = _owner(cond)
+    o = defining_op(cond)
     if o is None or o.name != "arith.cmpi" or \
             ir.IntegerAttr(o.attributes["predicate"]).value != 0:           # eq
         return None
     for rem, zero in ((o.operands[0], o.operands[1]), (o.operands[1], o.operands[0])):
-        r = _owner(rem)
+        r = defining_op(rem)
         if int_constant(zero) != 0 or r is None or r.name != "arith.remsi":
             continue
         period = int_constant(r.operands[1])
@@ -94,7 +89,7 @@ def every_condition(cond, block):
 
 
 def _conditions(func_op) -> dict:
-    """{(state, offset, period): [the i1 values used as that condition by top-level scf.if]}"""
+    """{(state, offset, period): [the top-level scf.if ops branching on that condition]}"""
     block = func_op.regions[0].blocks[0]
     found: dict = {}
     for op in block.operations:
@@ -102,9 +97,7 @@ def _conditions(func_op) -> dict:
         if op.name == "scf.if":
             key = every_condition(op.operands[0], block)
             if key is not None:
-                found.setdefault(key, [])
-                if op.operands[0] not in found[key]:
-                    found[key].append(op.operands[0])
+                found.setdefault(key, []).append(op)
     return found
 
 
@@ -137,13 +130,10 @@ def specialize(func_op, max_variants: int = 8) -> list[tuple[str, list[dict]]]:
         anchor = clone
         vname = f"{name}__v{len(out)}"
         clone.attributes["sym_name"] = ir.StringAttr.get(vname)
-        cloned = _conditions(clone)
+        branches = _conditions(clone)
         for key, value in zip(keys, values):
-            for c in cloned.get(key, []):
-                for use in list(c.uses):
-                    user = _op(use.owner)
-                    if user.name == "scf.if" and user.parent == clone:
-                        _inline_branch(user, value)
+            for if_op in branches[key]:
+                _inline_branch(if_op, value)
         when = [{"state": k[0], "offset": k[1], "period": k[2], "value": v}
                 for k, v in zip(keys, values)]
         clone.attributes["latch.when"] = ir.ArrayAttr.get([

@@ -56,7 +56,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, defining_op, function_definitions
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
                                        index_constant, load_inputs, loop_ranges)
 from latch.passes.buffer_views import VIEW_OPS
@@ -828,11 +828,6 @@ def _touches_memory(op) -> bool:
     return any(isinstance(v.type, ir.MemRefType) for v in list(op.operands) + list(op.results))
 
 
-def _defined_by(value):
-    owner = value.owner
-    return _op(owner) if not hasattr(owner, "arguments") else None
-
-
 def _wrap(body) -> None:
     ops = [_op(o) for o in body.operations]
     groups: list[tuple[list, list]] = []   # (compute ops, host ops to hoist before them)
@@ -855,7 +850,7 @@ def _wrap(body) -> None:
             current.append(op)
             compute_ops.add(op)
         elif kind == "host" and current is not None and op.name != "func.return":
-            if any(_defined_by(v) in compute_ops for v in op.operands):
+            if any(defining_op(v) in compute_ops for v in op.operands):
                 raise PassError(f"latch-wrap-host-compute: '{op.name}' uses a value computed "
                                 "on the device", op.location)
             pending.append(op)

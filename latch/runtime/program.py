@@ -199,8 +199,10 @@ class CudaProgram:
         self.launches = first.launches            # the first variant's (tools, describe())
         self.collectives = first.collectives
         self.guard_checks, self.guard_copies = first.guard_checks, first.guard_copies
-        self._counter_host = torch.zeros(8, dtype=torch.int64, pin_memory=True) \
-            if len(self.variants) > 1 else None
+        # the counter states the variants' conditions test, read before each step
+        self._counter_states = sorted({w["state"] for v in self.variants for w in v.when})
+        self._counter_host = torch.zeros(max(1, len(self._counter_states)), dtype=torch.int64,
+                                         pin_memory=True)
         for buf in self.state_buffers:
             drv.memset_zero(buf.ptr, buf.nbytes, self.stream, buf.label)
         # the arena starts zeroed: results never depend on what cuMemAlloc recycled (a
@@ -440,14 +442,12 @@ class CudaProgram:
         counters they test (one small device-to-host copy each, after the previous step)."""
         if len(self.variants) == 1:
             return self.variants[0]
-        wanted = sorted({w["state"] for v in self.variants for w in v.when})
-        self.stream.synchronize("every(N) counters")
-        for i, st in enumerate(wanted):
+        for i, st in enumerate(self._counter_states):     # ordered after the previous step
             drv.memcpy_dtoh_async(self._counter_host.data_ptr() + 8 * i,
                                   self.state_buffers[st].ptr, 8, self.stream, "counter")
         self.stream.synchronize("every(N) counters")
         raw = self._counter_host.numpy()
-        values = {st: int(raw[i]) for i, st in enumerate(wanted)}
+        values = {st: int(raw[i]) for i, st in enumerate(self._counter_states)}
         return self.variants[choose_variant([v.when for v in self.variants], values)]
 
     def describe(self) -> dict:
