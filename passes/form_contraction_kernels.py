@@ -295,7 +295,11 @@ def _is_indicator(value, op, inputs) -> bool:
 
 
 def _is_mask_value(value) -> bool:
+    """An i1 converted to a float (then possibly widened or narrowed: still 0 or 1)."""
     o = _op(value.owner)
+    while o.name in ("arith.extf", "arith.truncf") and \
+            not hasattr(o.operands[0].owner, "arguments"):
+        o = _op(o.operands[0].owner)
     return o.name in ("arith.uitofp", "arith.sitofp") and str(o.operands[0].type) == "i1"
 
 

@@ -39,7 +39,7 @@ def _op(o):
 @dataclasses.dataclass
 class Scatter:
     con: object                 # the Contraction
-    row_dim: int                # the output's row (target) loop dim
+    row_dims: list              # the output's row (target) loop dims, row-major
     space: object               # the generic computing the target (the contraction or W)
     to_space: dict              # contraction loop dim -> loop dim of ``space``
     target: object              # the Operand (form_contraction_kernels) of ``space`` that is t(k)
@@ -56,16 +56,13 @@ def match_one_hot_scatter(con):
     if con.indicator is None:
         return None
     mask = con.sides[con.indicator]
-    row_group = "m" if con.indicator == 0 else "n"
-    if len(con.groups[row_group]) != 1:
-        return None
-    row_dim = con.groups[row_group][0]
+    row_dims = con.groups["m" if con.indicator == 0 else "n"]
     op = con.op
     block = op.regions[0].blocks[0]
     v = _strip(mask.value)
     space, to_space = op, {d: d for d in range(len(con.sizes))}
     if hasattr(v.owner, "arguments"):            # read from a mask buffer H
-        if v.owner != block:
+        if v.owner != block or len(row_dims) != 1:
             return None
         h = ir.BlockArgument(v).arg_number
         writer = last_writer(con.inputs[h], op)
@@ -90,20 +87,20 @@ def match_one_hot_scatter(con):
     cmp = _op(v.owner)
     if cmp.name != "arith.cmpi" or ir.IntegerAttr(cmp.attributes["predicate"]).value != 0:
         return None
-    if row_dim not in to_space:
+    if any(d not in to_space for d in row_dims):
         return None
-    srow = to_space[row_dim]
+    srows = [to_space[d] for d in row_dims]
     allowed = {to_space[d] for d in con.groups["k"] + con.groups["batch"] if d in to_space}
     for a, b in ((cmp.operands[0], cmp.operands[1]), (cmp.operands[1], cmp.operands[0])):
-        if not _is_coordinate(a, srow, space):
+        if not _is_coordinate(a, srows, space):
             continue
         seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
         target = side_of(b, space.regions[0].blocks[0], map_dims(space), seg[0])
-        if target is None or srow in target.dims or not target.dims <= allowed:
+        if target is None or set(srows) & target.dims or not target.dims <= allowed:
             continue
         if space != op and not _reads_unchanged(space, target, op):
             return None       # t(k) is recomputed at the contraction: its inputs must hold
-        return Scatter(con, row_dim, space, to_space, target, 1 - con.indicator,
+        return Scatter(con, row_dims, space, to_space, target, 1 - con.indicator,
                        in_body=space == op)
     return None
 
@@ -111,36 +108,61 @@ def match_one_hot_scatter(con):
 def _reads_unchanged(writer, target, op) -> bool:
     """Whether the buffers the mask writer reads to compute ``target`` (its inputs and any
     buffer its body loads from) still hold the same data at ``op``: the scatter recomputes
-    t(k) there, and bufferization reuses buffers, so nothing between may write them."""
+    t(k) there, and bufferization reuses buffers, so nothing between may write them —
+    neither those allocations nor, once ``latch-plan-memory`` has placed them
+    (``latch.offset``), any allocation whose planned bytes overlap theirs."""
     from mlir import ir
 
     buffers = [writer.operands[i] for i in target.args]
     buffers += [x for o in target.ops if o.name == "memref.load" for x in o.operands[:1]]
     roots = [root(b) for b in buffers if isinstance(b.type, ir.MemRefType)]
-    between = [_op(o) for o in op.operation.block.operations]
+    block_ops = [_op(o) for o in op.operation.block.operations]
+    placed = [(o.results[0], _planned_range(o)) for o in block_ops if o.name == "memref.alloc"]
+    for r in list(roots):
+        mine = None if hasattr(r.owner, "arguments") else _planned_range(_op(r.owner))
+        if mine is not None:
+            roots += [v for v, rng in placed if rng is not None and v != r and
+                      rng[0] < mine[1] and mine[0] < rng[1]]
+    between = block_ops
     start = next(i for i, o in enumerate(between) if o == writer)
     end = next(i for i, o in enumerate(between) if o == op)
     return not any(may_write(o, r) for o in between[start + 1:end] for r in roots)
 
 
+def _planned_range(alloc):
+    """The [start, end) arena bytes the memory plan gave ``alloc``; None if unplanned."""
+    from mlir import ir
+
+    from latch.passes.plan_memory import memref_bytes
+
+    if alloc.name != "memref.alloc" or "latch.offset" not in alloc.attributes:
+        return None
+    start = ir.IntegerAttr(alloc.attributes["latch.offset"]).value
+    return start, start + memref_bytes(ir.MemRefType(alloc.results[0].type))
+
+
 def _strip(v):
     """Look through the 0/1 conversions around a comparison: uitofp/sitofp/extui/trunci."""
     while not hasattr(v.owner, "arguments") and _op(v.owner).name in (
-            "arith.uitofp", "arith.sitofp", "arith.extui", "arith.trunci"):
+            "arith.uitofp", "arith.sitofp", "arith.extui", "arith.trunci", "arith.extf",
+            "arith.truncf"):
         v = _op(v.owner).operands[0]
     return v
 
 
-def _is_coordinate(v, dim: int, space) -> bool:
-    """Whether body value ``v`` of generic ``space`` equals its loop index ``dim``: that
-    loop's linalg.index (possibly cast), or an element of an arange buffer read at it."""
+def _is_coordinate(v, dims: list, space) -> bool:
+    """Whether body value ``v`` of generic ``space`` equals the row-major linear index of its
+    loops ``dims``: for one loop, its linalg.index (possibly cast); or an element of an
+    arange buffer read at them (for several loops, the arange viewed through one
+    ``expand_shape`` group, e.g. ``[tokens]`` read as ``[batch, seq]``)."""
     from mlir import ir
 
     while not hasattr(v.owner, "arguments") and _op(v.owner).name == "arith.index_cast":
         v = _op(v.owner).operands[0]
     if not hasattr(v.owner, "arguments"):
         o = _op(v.owner)
-        return o.name == "linalg.index" and ir.IntegerAttr(o.attributes["dim"]).value == dim
+        return len(dims) == 1 and o.name == "linalg.index" and \
+            ir.IntegerAttr(o.attributes["dim"]).value == dims[0]
     block = space.regions[0].blocks[0]
     if v.owner != block:
         return False
@@ -149,10 +171,19 @@ def _is_coordinate(v, dim: int, space) -> bool:
     if i >= seg[0]:
         return False
     amap = ir.AffineMapAttr(list(ir.ArrayAttr(space.attributes["indexing_maps"]))[i]).value
-    if len(amap.results) != 1 or not isinstance(amap.results[0], ir.AffineDimExpr) or \
-            ir.AffineDimExpr(amap.results[0]).position != dim:
+    if len(amap.results) != len(dims) or \
+            any(not isinstance(e, ir.AffineDimExpr) or ir.AffineDimExpr(e).position != d
+                for e, d in zip(amap.results, dims)):
         return False
     buf = space.operands[i]
+    if len(dims) > 1:                 # the arange seen through expand_shape [[0, .., r-1]]
+        if hasattr(buf.owner, "arguments") or _op(buf.owner).name != "memref.expand_shape":
+            return False
+        expand = _op(buf.owner)
+        groups = [list(ir.ArrayAttr(g)) for g in ir.ArrayAttr(expand.attributes["reassociation"])]
+        if len(groups) != 1 or not ir.MemRefType(buf.type).has_static_shape:
+            return False
+        buf = expand.operands[0]
     writer = last_writer(buf, space)
     if writer is None or len(ir.ArrayAttr(writer.attributes["iterator_types"])) != 1:
         return False
@@ -161,7 +192,7 @@ def _is_coordinate(v, dim: int, space) -> bool:
             writer.operands[len(writer.operands) - 1] != buf:
         return False
     yielded = _op(list(writer.regions[0].blocks[0].operations)[-1]).operands[0]
-    return _is_coordinate(yielded, 0, writer)
+    return _is_coordinate(yielded, [0], writer)
 
 
 def emit_scatter(sc: Scatter) -> None:
@@ -187,7 +218,8 @@ def emit_scatter(sc: Scatter) -> None:
     with ir.InsertionPoint(guard.then_block), op.location:
         dims = [None] * len(con.sizes)
         delinearize(lin, order, con.sizes, dims)
-        dims[sc.row_dim] = index_constant(0)
+        for d in sc.row_dims:
+            dims[d] = index_constant(0)
         target = _target(sc, dims)
         t64 = target if isinstance(target.type, ir.IntegerType) else \
             ir.Operation.create("arith.index_cast", [i64], [target]).result
@@ -197,12 +229,14 @@ def emit_scatter(sc: Scatter) -> None:
                                    attributes={"value": ir.IntegerAttr.get(i64, 0)}).result
         rows = ir.Operation.create(
             "arith.constant", [i64],
-            attributes={"value": ir.IntegerAttr.get(i64, con.sizes[sc.row_dim])}).result
+            attributes={"value": ir.IntegerAttr.get(
+                i64, math.prod(con.sizes[d] for d in sc.row_dims))}).result
         ok = ir.Operation.create("arith.andi", [i1], [compare("sge", t64, zero),
                                                       compare("slt", t64, rows)]).result
         hit = scf.IfOp(ok)
         with ir.InsertionPoint(hit.then_block):
-            dims[sc.row_dim] = ir.Operation.create("arith.index_cast", [index], [t64]).result
+            row = ir.Operation.create("arith.index_cast", [index], [t64]).result
+            delinearize(row, sc.row_dims[::-1], con.sizes, dims)   # the last varies fastest
             value = _value(sc, dims)
             where = [dims[d] if kind == "d" else index_constant(0)
                      for kind, d in con.maps[-1]]
@@ -213,7 +247,7 @@ def emit_scatter(sc: Scatter) -> None:
 
 
 def _target(sc: Scatter, dims: list):
-    """t(k) at the contraction loop indices ``dims`` (the row dim unused)."""
+    """t(k) at the contraction loop indices ``dims`` (the row dims unused)."""
     from mlir import ir
 
     space = sc.space

@@ -41,10 +41,13 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     NamedPipeline(
         "latch-bufferize",
         "stage 'buffers': linalg on tensors -> linalg on memrefs (one-shot bufferization "
-        "across function boundaries, identity layouts; gradient buckets of data-parallel "
-        "programs reduced as soon as they are final) and the static memory plan",
+        "across function boundaries, identity layouts; one-hot masks recomputed in each "
+        "reader; gradient buckets of data-parallel programs reduced as soon as they are "
+        "final) and the static memory plan",
         ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops)",
-         "linalg-fuse-elementwise-ops", "latch-lower-collectives",
+         # twice: a mask fused with its 0/1 conversion and transpose can have readers again
+         "latch-rematerialize-masks", "linalg-fuse-elementwise-ops",
+         "latch-rematerialize-masks", "linalg-fuse-elementwise-ops", "latch-lower-collectives",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",

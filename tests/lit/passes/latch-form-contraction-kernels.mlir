@@ -306,3 +306,119 @@ func.func @source_overwritten(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o:
   }
   return
 }
+
+// -----
+// The gradient of x[tok] when x is [batch, seq, d]: rows of the output are tokens read as
+// (batch, seq), and the mask, computed in the body, compares tok[k] with an arange over all
+// tokens viewed as [batch, seq].  A scatter whose target tok[k] is split back into
+// (tok / seq, tok % seq) and bounded by batch * seq.
+#r_tok = affine_map<(b, s, n, k) -> (k)>
+#r_ar = affine_map<(b, s, n, k) -> (b, s)>
+#r_val = affine_map<(b, s, n, k) -> (k, n)>
+#r_out = affine_map<(b, s, n, k) -> (b, s, n)>
+#r_1 = affine_map<(i) -> (i)>
+// CHECK-LABEL: func.func @rows_reshaped(
+// CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// CHECK: arith.cmpi slt, %[[T]], %c24_i64
+// CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
+// CHECK: %[[S:.*]] = arith.remui %[[ROW]], %c8
+// CHECK: %[[B:.*]] = arith.divui %[[ROW]], %c8
+// CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[%[[B]], %[[S]], %{{.*}}]
+// CHECK-NOT: latch_contract
+func.func @rows_reshaped(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memref<3x8x16xf32>) {
+  %ar = memref.alloc() : memref<24xi64>
+  linalg.generic {indexing_maps = [#r_1], iterator_types = ["parallel"]} outs(%ar : memref<24xi64>) {
+  ^bb0(%x: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  }
+  %ar2 = memref.expand_shape %ar [[0, 1]] output_shape [3, 8] : memref<24xi64> into memref<3x8xi64>
+  linalg.generic {indexing_maps = [#r_tok, #r_ar, #r_val, #r_out], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%tok, %ar2, %v : memref<100xi64>, memref<3x8xi64>, memref<100x16xf32>) outs(%o : memref<3x8x16xf32>) {
+  ^bb0(%t: i64, %r: i64, %x: f32, %acc: f32):
+    %h = arith.cmpi eq, %t, %r : i64
+    %f = arith.uitofp %h : i1 to f32
+    %p = arith.mulf %f, %x : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+// A bf16 program's mask: the comparison becomes a bf16 0/1 and is widened to f32 before the
+// product (exact), still a one-hot factor: a scatter.
+#w_tok = affine_map<(r, n, k) -> (k)>
+#w_ar = affine_map<(r, n, k) -> (r)>
+#w_val = affine_map<(r, n, k) -> (k, n)>
+#w_out = affine_map<(r, n, k) -> (r, n)>
+#w_1 = affine_map<(i) -> (i)>
+// CHECK-LABEL: func.func @widened_mask(
+// CHECK: memref.atomic_rmw addf
+// CHECK-NOT: latch_contract
+func.func @widened_mask(%tok: memref<64xi64>, %v: memref<64x32xbf16>, %o: memref<50x32xf32>) {
+  %ar = memref.alloc() : memref<50xi64>
+  linalg.generic {indexing_maps = [#w_1], iterator_types = ["parallel"]} outs(%ar : memref<50xi64>) {
+  ^bb0(%x: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  }
+  linalg.generic {indexing_maps = [#w_tok, #w_ar, #w_val, #w_out], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%tok, %ar, %v : memref<64xi64>, memref<50xi64>, memref<64x32xbf16>) outs(%o : memref<50x32xf32>) {
+  ^bb0(%t: i64, %r: i64, %x: bf16, %acc: f32):
+    %h = arith.cmpi eq, %t, %r : i64
+    %f = arith.uitofp %h : i1 to bf16
+    %fw = arith.extf %f : bf16 to f32
+    %xw = arith.extf %x : bf16 to f32
+    %p = arith.mulf %fw, %xw : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+// After the memory plan, another allocation may share the bytes of the mask writer's input
+// once that input is dead: here %other (planned at the same offset as %tok) is written
+// between the mask writer and the contraction, so recomputing tok[k] there would read the
+// new data.  The product stays a (mask-skipping) contraction.
+#p_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
+#p_val = affine_map<(d0, d1, d2) -> (d2, d1)>
+#p_out = affine_map<(d0, d1, d2) -> (d0, d1)>
+#p_id = affine_map<(d0, d1) -> (d0, d1)>
+#p_col = affine_map<(d0, d1) -> (d1)>
+#p_1 = affine_map<(i) -> (i)>
+// CHECK-LABEL: func.func @planned_alias(
+// CHECK-NOT: memref.atomic_rmw
+// CHECK: gpu.launch_func @latch_contract_0::@contract
+func.func @planned_alias(%src: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
+  %tok = memref.alloc() {latch.offset = 0 : i64} : memref<100xi64>
+  memref.copy %src, %tok : memref<100xi64> to memref<100xi64>
+  %h = memref.alloc() {latch.offset = 1024 : i64} : memref<70x100xf32>
+  linalg.generic {indexing_maps = [#p_col, #p_id], iterator_types = ["parallel", "parallel"]}
+      ins(%tok : memref<100xi64>) outs(%h : memref<70x100xf32>) {
+  ^bb0(%t: i64, %x: f32):
+    %r = linalg.index 0 : index
+    %ri = arith.index_cast %r : index to i64
+    %c = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %c : i1 to f32
+    linalg.yield %f : f32
+  }
+  %other = memref.alloc() {latch.offset = 512 : i64} : memref<64xi64>
+  linalg.generic {indexing_maps = [#p_1], iterator_types = ["parallel"]} outs(%other : memref<64xi64>) {
+  ^bb0(%x: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  }
+  linalg.generic {indexing_maps = [#p_hit, #p_val, #p_out], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%h, %v : memref<70x100xf32>, memref<100x48xf32>) outs(%o : memref<70x48xf32>) {
+  ^bb0(%p: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %p, %x : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
