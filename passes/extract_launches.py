@@ -36,7 +36,11 @@ launches.
 """
 from __future__ import annotations
 
+import math
+
 from latch.errors import LatchError, PassError
+
+_GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 _VIEW_OPS = {"memref.cast", "memref.collapse_shape", "memref.expand_shape",
              "memref.reinterpret_cast", "memref.view", "memref.subview"}
@@ -378,6 +382,14 @@ def _launch(op, consts, loc, span, fname) -> dict:
     shared_bytes = const_int(shared, "dynamic shared memory size") if shared is not None else 0
     kernel = ir.SymbolRefAttr(op.attributes["kernel"])
     mod, fn = kernel.value[0], kernel.value[-1]
+    limits = (_GRID_LIMITS, "grid", grid), ((1024, 1024, 64), "block", block)
+    for most, what, dims in limits:
+        if any(not 1 <= d <= m for d, m in zip(dims, most)) or \
+                (what == "block" and math.prod(dims) > 1024):
+            raise LatchError(f"@{fname}: kernel {mod}::{fn} is launched with {what} {dims}, "
+                             f"beyond what CUDA allows (grid ≤ {list(_GRID_LIMITS)}, block ≤ "
+                             "[1024, 1024, 64] and 1024 threads); the kernel former that made "
+                             "it must tile differently")
     args, ranges = [], []
     for i, v in enumerate(view.kernelOperands):
         if isinstance(v.type, ir.MemRefType):

@@ -47,6 +47,7 @@ latch-form-contraction-kernels, latch-form-kernels)'``
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from latch.passes.base import ModulePass, function_definitions
 from latch.passes.buffer_views import last_writer
@@ -247,8 +248,8 @@ def match_contraction(op) -> Contraction | None:
             groups["n"].append(d)
         else:
             groups["m"].append(d)
-    if not groups["k"]:
-        return None
+    if math.prod(sizes[d] for d in groups["k"]) == 1:
+        return None                 # no reduction (only unit ones): elementwise work
 
     def bf16_widened(side):
         v = side.value
