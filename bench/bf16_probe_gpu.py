@@ -55,6 +55,7 @@ def probe(w: str, build: dict) -> dict:
     loss_latch = float(prog.step(state, *inputs))
     p1 = state.tensors()
     g_latch = {n: p0[n] - p1[n] for n in names}
+    prog.close()                 # free the arena before the float64 model needs the memory
     del prog, state
     torch.cuda.empty_cache()
 

@@ -6,6 +6,12 @@ function) and emits o_t = W_t q_t.  ``latch.compile(adapt, None, inputs)`` trace
 once and keeps the scan as one loop: the compile time does not grow with T.
 
     .venv/bin/python examples/gradlev_small.py [--heads 2] [--d 8] [--tokens 16]
+        [--target cuda [--save gradlev.latch]]
+
+With ``--target cuda`` the scan becomes ONE GPU kernel that keeps W in shared memory across
+all tokens (latch-form-scan-kernels); without a GPU here the artifact is saved
+(``--save``) and summarized, to run elsewhere with
+``latch.runtime.function.CudaFunction.load(path)``.
 """
 import argparse
 import time
@@ -33,6 +39,8 @@ def main():
     ap.add_argument("--d", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--eta", type=float, default=0.1)
+    ap.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--save", help="cuda target: write the artifact here")
     a = ap.parse_args()
     step = make_step(a.eta)
 
@@ -45,8 +53,18 @@ def main():
                for _ in range(3)]
     inputs32 = tuple(t.float() for t in (W0, q, k, v))
     t0 = time.perf_counter()
-    fn = latch.compile(adapt, None, inputs32)
+    fn = latch.compile(adapt, None, inputs32, target=a.target)
     compile_s = time.perf_counter() - t0
+    if a.target == "cuda":
+        if a.save:
+            fn.save(a.save)
+        print(fn.report())
+        if not torch.cuda.is_available():
+            print(f"compiled for cuda in {compile_s:.2f} s; no GPU here"
+                  + (f": run {a.save} where there is one" if a.save else ""))
+            return
+        inputs32 = tuple(t.cuda() for t in inputs32)
+        W0, q, k, v = (t.cuda() for t in (W0, q, k, v))
     W, o = fn(*inputs32)
     rW, ro = adapt(W0, q, k, v)                      # eager PyTorch, float64
     rel = lambda x, r: float((x.double() - r).norm() / r.norm())  # noqa: E731
@@ -54,14 +72,19 @@ def main():
     t0 = time.perf_counter()
     for _ in range(reps):
         fn(*inputs32)
+    if a.target == "cuda":
+        torch.cuda.synchronize()
     latch_ms = (time.perf_counter() - t0) / reps * 1e3
     t0 = time.perf_counter()
     for _ in range(reps):
         adapt(*inputs32)
+    if a.target == "cuda":
+        torch.cuda.synchronize()
     eager_ms = (time.perf_counter() - t0) / reps * 1e3
     print(f"heads {a.heads}, d {a.d}, tokens {a.tokens}: compile {compile_s:.2f} s; "
           f"rel L2 vs fp64 eager: W {rel(W, rW):.2e}, o {rel(o, ro):.2e}; "
-          f"cpu time per block: latch {latch_ms:.2f} ms, eager {eager_ms:.2f} ms")
+          f"{a.target} time per block (wall clock): latch {latch_ms:.2f} ms, "
+          f"eager {eager_ms:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ def load(path, **runtime_options):
     if manifest.get("kind") == "cuda-update":   # runtime only: no MLIR needed
         from latch.runtime.program import CudaProgram
         return CudaProgram(manifest, files, **runtime_options)
+    if manifest.get("kind") == "cuda-function":
+        from latch.runtime.function import CudaFunction
+        return CudaFunction(manifest, files, **runtime_options)
     if runtime_options:
         raise TypeError(f"load() options {sorted(runtime_options)} apply to cuda programs only")
     if manifest.get("kind") == "update":

@@ -371,6 +371,9 @@ def _load(cache: CompileCache, key: str, manifest: dict, files: dict, out_treede
     if kind == "cuda-update":
         from latch.targets.cuda import CudaProgramHandle
         return CudaProgramHandle(manifest, files, times)
+    if kind == "cuda-function":
+        from latch.function import CudaFunctionHandle
+        return CudaFunctionHandle(manifest, files, times)
     from latch.targets.cpu import prelowered
 
     t0 = time.perf_counter()

@@ -24,6 +24,7 @@ PASSES: dict[str, str] = {
     "latch-form-contraction-kernels": "form_contraction_kernels:FormContractionKernels",
     "latch-map-parallel-loops": "map_parallel_loops:MapParallelLoops",
     "latch-widen-i1-memrefs": "widen_i1_memrefs:WidenI1Memrefs",
+    "latch-form-scan-kernels": "scan_kernels:FormScanKernels",
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from latch.runtime.driver import CudaError, CudaUnavailableError
 
-__all__ = ["CudaProgram", "CudaError", "CudaUnavailableError", "load"]
+__all__ = ["CudaProgram", "CudaFunction", "CudaError", "CudaUnavailableError", "load"]
 
 
 def load(path, device: int | None = None, use_graph: bool | None = None, process_group=None):
@@ -26,4 +26,7 @@ def __getattr__(name):
     if name == "CudaProgram":
         from latch.runtime.program import CudaProgram
         return CudaProgram
+    if name == "CudaFunction":
+        from latch.runtime.function import CudaFunction
+        return CudaFunction
     raise AttributeError(f"module 'latch.runtime' has no attribute {name!r}")

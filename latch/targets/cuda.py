@@ -546,3 +546,90 @@ class CudaProgramHandle:
     def __repr__(self) -> str:
         return (f"CudaProgramHandle({len(self.manifest['launches'])} launches, arena "
                 f"{self.manifest['arena_bytes']} B)")
+
+
+# -- latch.compile(fn, None, inputs, target="cuda"): plain functions ------------------------
+
+FUNCTION_KIND = "cuda-function"
+
+
+def compile_function_module(module, *, entry: str = "main", chip: str = "sm_90",
+                            features: str = "+ptx80", block: str = "32,8",
+                            opt_level: int = 3, scan_threads: int = 256,
+                            times: dict | None = None) -> tuple[dict, dict[str, str], str]:
+    """The cuda stages for a plain function (linalg on tensors, no state): bufferize + plan
+    memory, ``latch-form-scan-kernels`` (each scan loop → one kernel that keeps its carry
+    in workgroup memory; no unrolling of host loops), then the same kernel formation,
+    launch schedule and PTX as an update.  Returns (schedule, {module: PTX}, kernels IR)."""
+    import time
+
+    from latch.passes.extract_launches import extract_launch_schedule
+
+    times = {} if times is None else times
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        times[name] = times.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
+    if _stage_of(module) != "tensors":
+        raise LatchError("cuda target: a function must be given as linalg on tensors")
+    _drop_dead_functions(module, entry)
+    timed("latch-bufferize", _run, module, "builtin.module(inline, latch-bufferize)",
+          "latch-bufferize")
+    timed("latch-form-scan-kernels", _run, module,
+          f"builtin.module(latch-form-scan-kernels{{threads={scan_threads}}}, canonicalize)",
+          "latch-form-scan-kernels")
+    timed("latch-form-kernels", _run, module,
+          f"builtin.module(latch-form-kernels{{block={block}}})", "latch-form-kernels")
+    kernels_ir = str(module)
+    schedule = timed("schedule", extract_launch_schedule, module.operation, entry)
+    if schedule["states"]:
+        raise LatchError("cuda target: a function has no state")
+    canonical = _identical_kernel_modules(kernels_ir)
+    for launch in schedule["launches"]:
+        if launch["module"] in canonical:
+            first, kernel, own = canonical[launch["module"]]
+            if launch["kernel"] == own and kernel is not None:
+                launch["kernel"] = kernel
+            launch["module"] = first
+    wanted = {launch["module"] for launch in schedule["launches"]}
+    ptx = timed("latch-kernels-to-ptx", serialize_kernels, module, chip, features, opt_level,
+                wanted)
+    missing = wanted - set(ptx)
+    if missing:
+        raise LatchError(f"cuda target: no PTX for kernel modules {sorted(missing)}")
+    return schedule, {k: v for k, v in ptx.items() if k in wanted}, kernels_ir
+
+
+def build_function_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
+                            kernels_ir: str, chip: str, features: str, block: str,
+                            opt_level: int, scan_threads: int,
+                            out_tree: str | None = None) -> tuple[dict, dict[str, bytes]]:
+    """The ``cuda-function`` artifact: like an update's, without states or guard."""
+    files = {f"kernels/{name}.ptx": text.encode() for name, text in sorted(ptx.items())}
+    manifest = {
+        "kind": FUNCTION_KIND,
+        "manifest_version": MANIFEST_VERSION,
+        "target": {"name": "cuda", "chip": chip, "features": features},
+        "entry": schedule["entry"],
+        "arena_bytes": schedule["arena_bytes"],
+        "planned_arena_bytes": schedule["planned_arena_bytes"],
+        "alignment": schedule["alignment"],
+        "inputs": schedule["inputs"],
+        "outputs": schedule["outputs"],
+        "modules": {name: f"kernels/{name}.ptx" for name in sorted(ptx)},
+        "launches": schedule["launches"],
+        "copies": schedule["copies"],
+        "abi": {"kernel_args": "bare-ptr", "index": "i64"},
+        "build": {"block": block, "opt_level": opt_level, "scan_threads": scan_threads,
+                  "stages": ["latch-bufferize", f"latch-form-scan-kernels{{threads={scan_threads}}}",
+                             f"latch-form-kernels{{block={block}}}",
+                             kernels_to_ptx_pipeline(chip, features, opt_level)]},
+        "ir_sha256": {"source": hashlib.sha256(source_text.encode()).hexdigest(),
+                      "kernels": hashlib.sha256(kernels_ir.encode()).hexdigest()},
+    }
+    if out_tree is not None:
+        manifest["out_tree"] = out_tree
+    return json.loads(json.dumps(manifest)), files
