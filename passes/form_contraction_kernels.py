@@ -160,7 +160,8 @@ def side_of(value, block, inputs_maps, n_inputs):
         seen.add(key)
         if op.name == "linalg.index":
             dims.add(ir.IntegerAttr(op.attributes["dim"]).value)
-        elif not (op.name.startswith(_PURE_PREFIXES) or op.name == "memref.load") or \
+        elif not (op.name.startswith(_PURE_PREFIXES) or
+                  op.name in ("memref.load", "affine.apply")) or \
                 op.regions:
             return None
         ops.append(op)

@@ -92,7 +92,7 @@ def match_one_hot_scatter(con):
     srows = [to_space[d] for d in row_dims]
     allowed = {to_space[d] for d in con.groups["k"] + con.groups["batch"] if d in to_space}
     for a, b in ((cmp.operands[0], cmp.operands[1]), (cmp.operands[1], cmp.operands[0])):
-        if not _is_coordinate(a, srows, space):
+        if not _is_coordinate(a, srows, space, [con.sizes[d] for d in row_dims]):
             continue
         seg = list(ir.DenseI32ArrayAttr(space.attributes["operandSegmentSizes"]))
         target = side_of(b, space.regions[0].blocks[0], map_dims(space), seg[0])
@@ -150,17 +150,21 @@ def _strip(v):
     return v
 
 
-def _is_coordinate(v, dims: list, space) -> bool:
+def _is_coordinate(v, dims: list, space, sizes: list | None = None) -> bool:
     """Whether body value ``v`` of generic ``space`` equals the row-major linear index of its
-    loops ``dims``: for one loop, its linalg.index (possibly cast); or an element of an
-    arange buffer read at them (for several loops, the arange viewed through one
-    ``expand_shape`` group, e.g. ``[tokens]`` read as ``[batch, seq]``)."""
+    loops ``dims`` (trip counts ``sizes``): for one loop, its linalg.index (possibly cast);
+    an ``affine.apply`` linearizing their linalg.index values (what elementwise fusion
+    leaves of an arange read through a reshape); or an element of an arange buffer read at
+    them (for several loops, the arange viewed through one ``expand_shape`` group, e.g.
+    ``[tokens]`` read as ``[batch, seq]``)."""
     from mlir import ir
 
     while not hasattr(v.owner, "arguments") and _op(v.owner).name == "arith.index_cast":
         v = _op(v.owner).operands[0]
     if not hasattr(v.owner, "arguments"):
         o = _op(v.owner)
+        if o.name == "affine.apply" and sizes is not None:
+            return _is_linearization(o, dims, sizes)
         return len(dims) == 1 and o.name == "linalg.index" and \
             ir.IntegerAttr(o.attributes["dim"]).value == dims[0]
     block = space.regions[0].blocks[0]
@@ -193,6 +197,53 @@ def _is_coordinate(v, dims: list, space) -> bool:
         return False
     yielded = _op(list(writer.regions[0].blocks[0].operations)[-1]).operands[0]
     return _is_coordinate(yielded, [0], writer)
+
+
+def _is_linearization(apply, dims: list, sizes: list) -> bool:
+    """Whether ``affine.apply`` op ``apply`` computes sum_i index(dims[i]) * stride_i with
+    row-major strides of ``sizes``: each operand a linalg.index of one of ``dims``, the map
+    a sum of products by constants (checked at the origin and at each unit vector)."""
+    from mlir import ir
+
+    amap = ir.AffineMapAttr(apply.attributes["map"]).value
+    if len(amap.results) != 1:
+        return False                   # operands: the map's dims, then its symbols
+    loop_of = []
+    for x in apply.operands:
+        if hasattr(x.owner, "arguments") or _op(x.owner).name != "linalg.index":
+            return False
+        loop_of.append(ir.IntegerAttr(_op(x.owner).attributes["dim"]).value)
+    if sorted(loop_of) != sorted(dims):
+        return False
+
+    def value(e, point):
+        if isinstance(e, ir.AffineDimExpr):
+            return point[ir.AffineDimExpr(e).position]
+        if isinstance(e, ir.AffineSymbolExpr):
+            return point[amap.n_dims + ir.AffineSymbolExpr(e).position]
+        if isinstance(e, ir.AffineConstantExpr):
+            return ir.AffineConstantExpr(e).value
+        if isinstance(e, ir.AffineAddExpr):
+            e = ir.AffineAddExpr(e)
+            return value(e.lhs, point) + value(e.rhs, point)
+        if isinstance(e, ir.AffineMulExpr):
+            e = ir.AffineMulExpr(e)
+            return value(e.lhs, point) * value(e.rhs, point)
+        raise ValueError("not a sum of products")
+
+    strides = {d: math.prod(sizes[j] for j in range(i + 1, len(dims)))
+               for i, d in enumerate(dims)}
+    try:
+        if value(amap.results[0], [0] * len(loop_of)) != 0:
+            return False
+        for k, d in enumerate(loop_of):
+            unit = [0] * len(loop_of)
+            unit[k] = 1
+            if value(amap.results[0], unit) != strides[d]:
+                return False
+    except ValueError:
+        return False
+    return True
 
 
 def emit_scatter(sc: Scatter) -> None:

@@ -422,3 +422,59 @@ func.func @planned_alias(%src: memref<100xi64>, %v: memref<100x48xf32>, %o: memr
   }
   return
 }
+
+// -----
+// The same after elementwise fusion folded the arange into the body: the row coordinate is
+// an affine.apply linearizing the two row loops' indices.  Still the scatter.
+#l_tok = affine_map<(b, s, n, k) -> (k)>
+#l_val = affine_map<(b, s, n, k) -> (k, n)>
+#l_out = affine_map<(b, s, n, k) -> (b, s, n)>
+#l_lin = affine_map<()[s0, s1] -> (s0 + s1 * 8)>
+// CHECK-LABEL: func.func @rows_linearized(
+// CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// CHECK: arith.cmpi slt, %[[T]], %c24_i64
+// CHECK: memref.atomic_rmw addf
+// CHECK-NOT: latch_contract
+func.func @rows_linearized(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memref<3x8x16xf32>) {
+  linalg.generic {indexing_maps = [#l_tok, #l_val, #l_out], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%tok, %v : memref<100xi64>, memref<100x16xf32>) outs(%o : memref<3x8x16xf32>) {
+  ^bb0(%t: i64, %x: f32, %acc: f32):
+    %b = linalg.index 0 : index
+    %s = linalg.index 1 : index
+    %r = affine.apply #l_lin()[%s, %b]
+    %ri = arith.index_cast %r : index to i64
+    %h = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %h : i1 to f32
+    %p = arith.mulf %f, %x : f32
+    %sum = arith.addf %acc, %p : f32
+    linalg.yield %sum : f32
+  }
+  return
+}
+
+// -----
+// A linearization with the wrong strides (s + b * 4 over an [3, 8] row space) is not the
+// row coordinate: no scatter.
+#n_tok = affine_map<(b, s, n, k) -> (k)>
+#n_val = affine_map<(b, s, n, k) -> (k, n)>
+#n_out = affine_map<(b, s, n, k) -> (b, s, n)>
+#n_lin = affine_map<()[s0, s1] -> (s0 + s1 * 4)>
+// CHECK-LABEL: func.func @rows_wrong_strides(
+// CHECK-NOT: memref.atomic_rmw
+// CHECK: return
+func.func @rows_wrong_strides(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memref<3x8x16xf32>) {
+  linalg.generic {indexing_maps = [#n_tok, #n_val, #n_out], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%tok, %v : memref<100xi64>, memref<100x16xf32>) outs(%o : memref<3x8x16xf32>) {
+  ^bb0(%t: i64, %x: f32, %acc: f32):
+    %b = linalg.index 0 : index
+    %s = linalg.index 1 : index
+    %r = affine.apply #n_lin()[%s, %b]
+    %ri = arith.index_cast %r : index to i64
+    %h = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %h : i1 to f32
+    %p = arith.mulf %f, %x : f32
+    %sum = arith.addf %acc, %p : f32
+    linalg.yield %sum : f32
+  }
+  return
+}
