@@ -56,7 +56,12 @@ def match_one_hot_scatter(con):
     if con.indicator is None:
         return None
     mask = con.sides[con.indicator]
+    # the rows in the output's row-major order (loops may have been permuted)
+    out_pos = {d: i for i, (kind, d) in enumerate(con.maps[-1]) if kind == "d"}
     row_dims = con.groups["m" if con.indicator == 0 else "n"]
+    if any(d not in out_pos for d in row_dims):
+        return None
+    row_dims = sorted(row_dims, key=out_pos.get)
     op = con.op
     block = op.regions[0].blocks[0]
     v = _strip(mask.value)

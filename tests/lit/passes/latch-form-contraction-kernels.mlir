@@ -478,3 +478,40 @@ func.func @rows_wrong_strides(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o:
   }
   return
 }
+
+// -----
+// The rows in another loop order (latch-wrap-host-compute puts the output's unit-stride
+// dimension first): loops (n, s, b, k), output [b, s, n].  The target is still split
+// row-major over the output's (b, s).
+#q_tok = affine_map<(n, s, b, k) -> (k)>
+#q_ar = affine_map<(n, s, b, k) -> (b, s)>
+#q_val = affine_map<(n, s, b, k) -> (k, n)>
+#q_out = affine_map<(n, s, b, k) -> (b, s, n)>
+#q_1 = affine_map<(i) -> (i)>
+// CHECK-LABEL: func.func @rows_permuted(
+// CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// CHECK: arith.cmpi slt, %[[T]], %c24_i64
+// CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
+// CHECK: %[[S:.*]] = arith.remui %[[ROW]], %c8
+// CHECK: %[[B:.*]] = arith.divui %[[ROW]], %c8
+// CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[%[[B]], %[[S]], %{{.*}}]
+func.func @rows_permuted(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memref<3x8x16xf32>) {
+  %ar = memref.alloc() : memref<24xi64>
+  linalg.generic {indexing_maps = [#q_1], iterator_types = ["parallel"]} outs(%ar : memref<24xi64>) {
+  ^bb0(%x: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  }
+  %ar2 = memref.expand_shape %ar [[0, 1]] output_shape [3, 8] : memref<24xi64> into memref<3x8xi64>
+  linalg.generic {indexing_maps = [#q_tok, #q_ar, #q_val, #q_out], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%tok, %ar2, %v : memref<100xi64>, memref<3x8xi64>, memref<100x16xf32>) outs(%o : memref<3x8x16xf32>) {
+  ^bb0(%t: i64, %r: i64, %x: f32, %acc: f32):
+    %h = arith.cmpi eq, %t, %r : i64
+    %f = arith.uitofp %h : i1 to f32
+    %p = arith.mulf %f, %x : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
