@@ -12,6 +12,9 @@ is ONE kernel that keeps each W in shared memory across all T steps.
 
     .venv/bin/python examples/gradlev_gpt2.py --small             # CPU, seconds
     python examples/gradlev_gpt2.py                               # GPT-2 small, GPU
+    # or compile here and run on a GPU machine without MLIR (runtime only):
+    .venv/bin/python examples/gradlev_gpt2.py --save-program gl.latch
+    PYTHONPATH=. python examples/gradlev_gpt2.py --program gl.latch
 
 Prints the relative L2 of the logits against the same model with the scan run eagerly in
 float64, and the time of the adaptation alone (Latch vs the eager loop).  Exits 1 if the
@@ -125,9 +128,19 @@ def main(argv=None) -> int:
     ap.add_argument("--target", choices=("cpu", "cuda"), default=None,
                     help="default: cuda when a GPU is present and not --small")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--save-program", help="compile the scan for cuda, save it here, stop")
+    ap.add_argument("--program", help="run a scan saved with --save-program (no MLIR needed)")
     a = ap.parse_args(argv)
     cfg = SMALL if a.small else FULL
-    target = a.target or ("cuda" if torch.cuda.is_available() and not a.small else "cpu")
+    if a.save_program:
+        H, hd, T = cfg["heads"], cfg["d"] // cfg["heads"], cfg["seq"]
+        P = cfg["batch"] * H
+        shapes = (torch.zeros(P, hd, hd),) + tuple(torch.zeros(T, P, hd) for _ in range(3))
+        latch.compile(adapt, None, shapes, target="cuda").save(a.save_program)
+        print(f"wrote {a.save_program}")
+        return 0
+    target = "cuda" if a.program else \
+        a.target or ("cuda" if torch.cuda.is_available() and not a.small else "cpu")
     dev = torch.device("cuda" if target == "cuda" else "cpu")
     torch.manual_seed(0)
     model = GradLevGPT2(**cfg).to(dev).eval()
@@ -140,8 +153,12 @@ def main(argv=None) -> int:
           f"{cfg['seq']} tokens, batch {cfg['batch']}): scan over {T} tokens of {P} fast "
           f"weights {D}x{D}, target {target}", flush=True)
     t0 = time.perf_counter()
-    fn = latch.compile(adapt, None, example, target=target)
-    print(f"compiled in {time.perf_counter() - t0:.1f} s", flush=True)
+    if a.program:
+        fn = latch.load(a.program)
+        print(f"loaded {a.program}", flush=True)
+    else:
+        fn = latch.compile(adapt, None, example, target=target)
+        print(f"compiled in {time.perf_counter() - t0:.1f} s", flush=True)
 
     with torch.no_grad():
         logits = model(ids, run=fn)
