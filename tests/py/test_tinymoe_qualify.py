@@ -1,0 +1,50 @@
+"""examples/tinymoe/qualify.py: per-tensor float64 qualification of a training state, on
+the --tiny model with synthetic tokens (CPU)."""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "tinymoe"))
+
+import qualify  # noqa: E402
+
+
+def _run(tmp_path, *extra):
+    out = tmp_path / "q.json"
+    rc = qualify.main(["--tiny", "--synthetic", "--device", "cpu", "--batch", "2",
+                       "--out", str(out), *extra])
+    return rc, json.loads(out.read_text())
+
+
+def test_fresh_state_report(tmp_path):
+    rc, rep = _run(tmp_path, "--fresh")
+    names = {n for n, _ in qualify.build_model_for_test().named_parameters()}
+    for engine in ("latch", "torch"):
+        r = rep["engines"][engine]
+        assert set(r["errors"]) == names
+        assert r["loss_rel"] < 1e-2
+        assert r["worst_rel_l2"] == max(r["errors"].values())
+    # bf16 parity: Latch never worse than 3x PyTorch's own autocast (+ 0.005) on any tensor
+    lt, tt = rep["engines"]["latch"]["errors"], rep["engines"]["torch"]["errors"]
+    assert all(lt[n] <= 3 * tt[n] + 0.005 for n in names), \
+        {n: (lt[n], tt[n]) for n in names if lt[n] > 3 * tt[n] + 0.005}
+    assert len(rep["torch_bf16_routing_flips_per_layer"]) == 2
+    assert rc == (0 if rep["pass"] else 1)
+
+
+def test_state_from_a_torch_checkpoint(tmp_path):
+    """A train.py torch checkpoint's parameters are what gets qualified (step recorded)."""
+    model = qualify.build_model_for_test()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)
+    path = tmp_path / "state-00000042.pt"
+    torch.save({"step": 42, "model": model.state_dict(), "opt": {}}, path)
+    fresh = qualify.build_model_for_test()
+    assert qualify.load_parameters(fresh, str(path)) == 42
+    for (n, a), (_, b) in zip(fresh.named_parameters(), model.named_parameters()):
+        assert torch.equal(a, b), n
+    rc, rep = _run(tmp_path, "--state", str(path), "--engines", "torch")
+    assert rep["step"] == 42 and "latch" not in rep["engines"]
