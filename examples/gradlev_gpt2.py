@@ -32,22 +32,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import latch
+from gradlev_small import make_step   # the step function (torch.func.grad inside)
 
 FULL = dict(vocab=50257, d=768, layers=12, heads=12, seq=1024, batch=4)
 SMALL = dict(vocab=1000, d=64, layers=2, heads=4, seq=64, batch=2)
 ETA = 0.1
-
-
-def make_step(eta):
-    def step(W, qkv):
-        q, k, v = qkv
-
-        def inner(W):
-            return 0.5 * ((torch.einsum("hij,hj->hi", W, k) - v) ** 2).sum()
-
-        W = W - eta * torch.func.grad(inner)(W)
-        return W, torch.einsum("hij,hj->hi", W, q)
-    return step
 
 
 def adapt(W0, q, k, v):

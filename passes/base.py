@@ -51,6 +51,17 @@ def defining_op(v):
     return owner.operation if hasattr(owner, "operation") else owner
 
 
+def has_parallel_work(op) -> bool:
+    """Whether a region of ``op`` (at any depth) holds a ``linalg`` op."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation if hasattr(inner, "operation") else inner
+                if inner.name.startswith("linalg.") or has_parallel_work(inner):
+                    return True
+    return False
+
+
 def int_constant(v):
     """The integer value of ``v`` when an ``arith.constant`` defines it, else None."""
     from mlir import ir

@@ -60,7 +60,8 @@ import dataclasses
 import math
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, defining_op, function_definitions, int_constant
+from latch.passes.base import (ModulePass, defining_op, function_definitions, has_parallel_work,
+                               int_constant)
 from latch.passes.generic_body import accumulation, compare, index_constant
 
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
@@ -83,16 +84,6 @@ def _is_memref(v) -> bool:
     return isinstance(v.type, ir.MemRefType)
 
 
-def _has_parallel_work(op) -> bool:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                if inner.name.startswith("linalg.") or _has_parallel_work(inner):
-                    return True
-    return False
-
-
 @dataclasses.dataclass(frozen=True)
 class FormScanKernels(ModulePass):
     name = "latch-form-scan-kernels"
@@ -110,7 +101,7 @@ class FormScanKernels(ModulePass):
         for func_op in function_definitions(module):
             for op in list(func_op.regions[0].blocks[0].operations):
                 op = _op(op)
-                if op.name == "scf.for" and _has_parallel_work(op):
+                if op.name == "scf.for" and has_parallel_work(op):
                     _ScanKernel(op, self).build()
 
 

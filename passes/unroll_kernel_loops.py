@@ -19,21 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import ModulePass, function_definitions, int_constant
+from latch.passes.base import ModulePass, function_definitions, has_parallel_work, int_constant
 
 
 def _op(o):
     return o.operation if hasattr(o, "operation") else o
-
-
-def _has_parallel_work(op) -> bool:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                if inner.name.startswith("linalg.") or _has_parallel_work(inner):
-                    return True
-    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +52,7 @@ def _unroll(for_op, max_trips: int) -> bool:
     if lb is None or ub is None or not step or step <= 0:
         return False
     trips = len(range(lb, ub, step))
-    if trips > max_trips or not _has_parallel_work(for_op):
+    if trips > max_trips or not has_parallel_work(for_op):
         return False
     body = for_op.regions[0].blocks[0]
     ops = [_op(o) for o in body.operations]

@@ -22,7 +22,7 @@ import time
 
 from latch.errors import LatchError
 from latch.runtime import driver as drv
-from latch.runtime.program import _Buffer, _Launch, _sm, torch_dtype
+from latch.runtime.program import _Buffer, _Launch, open_device, torch_dtype
 
 KIND = "cuda-function"
 
@@ -49,23 +49,8 @@ class CudaFunction:
                 self._tree = pytree.treespec_loads(manifest["out_tree"])
             except Exception:  # noqa: BLE001 - another torch's format: flat outputs
                 self._tree = None
-        if not torch.cuda.is_available():
-            raise drv.CudaUnavailableError("no CUDA GPU: torch.cuda.is_available() is False")
         t0 = time.perf_counter()
-        torch.cuda.init()
-        if device is None:
-            device = torch.cuda.current_device()
-        self.device = drv.Device.get(device)
-        self.torch_device = torch.device("cuda", device)
-        chip = manifest.get("target", {}).get("chip", "")
-        if chip and _sm(chip) > _sm(self.device.chip):
-            raise LatchError(f"the artifact was compiled for {chip}; {self.device.name} is "
-                             f"{self.device.chip}")
-        self.modules = {}
-        for name, path in sorted(manifest["modules"].items()):
-            if path not in files:
-                raise LatchError(f"artifact has no {path} (kernel module {name})")
-            self.modules[name] = self.device.load_ptx(files[path], name)
+        self.device, self.torch_device, self.modules = open_device(manifest, files, device)
         self.timings["load_modules_s"] = time.perf_counter() - t0
         dev = self.device
         self.arena = dev.alloc(int(manifest["arena_bytes"]), "the arena")

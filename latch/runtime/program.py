@@ -148,30 +148,8 @@ class CudaProgram:
         self.steps_run = 0
         self.timings: dict[str, float] = {}
 
-        if not torch.cuda.is_available():
-            # torch decides whether tensors can live on the GPU; report the driver's view too
-            try:
-                drv.init()
-                extra = "the driver sees a GPU but this torch build has no CUDA support"
-            except drv.CudaUnavailableError as e:
-                extra = str(e).removeprefix("no CUDA GPU: ")
-            raise drv.CudaUnavailableError(f"no CUDA GPU: torch.cuda.is_available() is False; "
-                                           f"{extra}")
         t0 = time.perf_counter()
-        torch.cuda.init()
-        if device is None:      # the current device (under torchrun: torch.cuda.set_device)
-            device = torch.cuda.current_device()
-        self.device = drv.Device.get(device)
-        self.torch_device = torch.device("cuda", device)
-        chip = manifest.get("target", {}).get("chip", "")
-        if chip and _sm(chip) > _sm(self.device.chip):
-            raise LatchError(f"the artifact was compiled for {chip}; {self.device.name} is "
-                             f"{self.device.chip}")
-        self.modules = {}
-        for name, path in sorted(manifest["modules"].items()):
-            if path not in files:
-                raise LatchError(f"artifact has no {path} (kernel module {name})")
-            self.modules[name] = self.device.load_ptx(files[path], name)
+        self.device, self.torch_device, self.modules = open_device(manifest, files, device)
         self.timings["load_modules_s"] = time.perf_counter() - t0
 
         dev = self.device
@@ -625,6 +603,37 @@ class CudaTrainingState:
 
     def __repr__(self) -> str:
         return f"CudaTrainingState(step={self.step}, {len(self.program.states_spec)} tensors)"
+
+
+def open_device(manifest: dict, files: dict[str, bytes], device: int | None):
+    """(driver Device, torch device, {module name: loaded module}) for an artifact: checks
+    that there is a GPU (saying what torch and the driver see when not) and that it can run
+    the artifact's chip, then loads every kernel module's PTX.  ``device`` None is torch's
+    current device (under torchrun: the one ``torch.cuda.set_device`` chose)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        # torch decides whether tensors can live on the GPU; report the driver's view too
+        try:
+            drv.init()
+            extra = "the driver sees a GPU but this torch build has no CUDA support"
+        except drv.CudaUnavailableError as e:
+            extra = str(e).removeprefix("no CUDA GPU: ")
+        raise drv.CudaUnavailableError(f"no CUDA GPU: torch.cuda.is_available() is False; "
+                                       f"{extra}")
+    torch.cuda.init()
+    if device is None:
+        device = torch.cuda.current_device()
+    dev = drv.Device.get(device)
+    chip = manifest.get("target", {}).get("chip", "")
+    if chip and _sm(chip) > _sm(dev.chip):
+        raise LatchError(f"the artifact was compiled for {chip}; {dev.name} is {dev.chip}")
+    modules = {}
+    for name, path in sorted(manifest["modules"].items()):
+        if path not in files:
+            raise LatchError(f"artifact has no {path} (kernel module {name})")
+        modules[name] = dev.load_ptx(files[path], name)
+    return dev, torch.device("cuda", device), modules
 
 
 def choose_variant(whens: list[list[dict]], counters: dict[int, int]) -> int:
