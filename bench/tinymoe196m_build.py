@@ -1,15 +1,19 @@
 """Build the TinyMoE-196M (WORKLOADS.md) update for target cuda: cold compile
 (LATCH_CACHE=0), per-stage compile time, launch/kernel counts, arena, artifact size.
 
-    .venv/bin/python bench/tinymoe196m_build.py [--builds b2-bf16,b32-bf16,b2-fp32,b2-bf16-every16]
+    .venv/bin/python bench/tinymoe196m_build.py
+        [--builds b2-bf16,b32-bf16,b2-fp32,b2-bf16-every16,b32-bf16-looped]
 
 Each build is ``b<batch>-<precision>`` with the recipe of its batch (B2 for b2, Q for
 b32); ``b<batch>-<precision>-every<N>`` is the selective-updates workload (expert weights
-step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py runs it).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch (PTX + manifest, no
-weights: the GPU side rebuilds the model from the same seed) and build.json next to them
-(compile times, counts, and a fingerprint of the initial parameters so that the GPU side
-can check it built the same model).  bench/tinymoe_bench_gpu.py runs them on the GPU, side
-by side with the PyTorch controls.
+step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py runs it);
+``b<batch>-<precision>-looped`` (e.g. b32-bf16-looped) is the looped TinyMoE of WORKLOADS.md
+(layers 2-5 applied twice: tinymoe_model.make_looped_tinymoe_196m; bench/tinymoe_bench_gpu.py
+--workloads looped-b32 runs it).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+(PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
+build.json next to them (compile times, counts, and a fingerprint of the initial parameters
+so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
+them on the GPU, side by side with the PyTorch controls.
 """
 from __future__ import annotations
 
@@ -40,19 +44,26 @@ def fingerprint(model) -> dict:
 def build(name: str) -> dict:
     os.environ["LATCH_CACHE"] = "0"
     import latch
-    from tinymoe_model import make_tinymoe_196m, selective_rule, tinymoe_rule
+    from tinymoe_model import (make_looped_tinymoe_196m, make_tinymoe_196m, selective_rule,
+                               tinymoe_rule)
 
     batch_s, precision, *variant = name.split("-")
     batch = int(batch_s[1:])
     recipe = "B2" if batch == 2 else "Q"
     rule = tinymoe_rule(recipe)
-    if variant:          # e.g. b2-bf16-every16: the selective-updates workload
+    make = make_tinymoe_196m
+    if variant == ["looped"]:   # e.g. b32-bf16-looped: the looped TinyMoE (layers 2-5 twice)
+        make = make_looped_tinymoe_196m
+    elif variant:        # e.g. b2-bf16-every16: the selective-updates workload
         if len(variant) != 1 or not variant[0].startswith("every"):
             raise SystemExit(f"unknown build {name!r}")
         rule = selective_rule(recipe, int(variant[0][len("every"):]))
-    model, example = make_tinymoe_196m(batch=batch)
+    model, example = make(batch=batch)
     rec = {"precision": precision, "batch": batch, "recipe": recipe,
            "fingerprint": fingerprint(model)}
+    if make is make_looped_tinymoe_196m:
+        rec["loop"] = list(model.loop)
+        rec["layer_applications"] = model.applications
     t0 = time.perf_counter()
     try:
         prog = latch.compile(model, rule, example, target="cuda", precision=precision)

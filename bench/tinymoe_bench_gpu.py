@@ -3,6 +3,7 @@ CUDA graph (runtime only here: the Latch artifacts come from bench/tinymoe196m_b
 
     LATCH_COMMIT=$(git rev-parse HEAD) PYTHONPATH=.:tests/py:bench \
         python bench/tinymoe_bench_gpu.py [--batches 2,32] [--iters 20] [--curve-steps 200]
+    ... python bench/tinymoe_bench_gpu.py --workloads looped-b32     # the looped TinyMoE
 
 For each batch (B2: recipe B2, B32: recipe Q; bf16 autocast matmuls, fp32 master weights,
 AdamW 0.9/0.95 eps 1e-8 wd 0.1, clip 1.0, warmup+cosine learning rate; WORKLOADS.md), each
@@ -13,6 +14,13 @@ engine runs in its own process on the same model (same seed) and the same fixed 
 * ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
   update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
   one CUDA graph and replayed.
+
+``--workloads`` picks workloads by name instead of ``--batches``: ``b2``, ``b32`` (as above)
+and ``looped-b32``, WORKLOADS.md's looped TinyMoE (the same 196M parameters, layers 2-5
+applied twice: 0,1,2,3,4,5,2,3,4,5,6,7; recipe Q, B32): the Latch artifact
+``tinymoe196m-b32-bf16-looped.latch`` (one latch.repeat carrying (hidden, aux sum), unrolled
+into the launch list), and the same looped model (``latch.repeat`` is a plain loop in eager
+PyTorch) under eager and under torch.compile + CUDA graph.
 
 Each engine first trains ``--curve-steps`` updates on the fixed batch from the fresh state
 (the loss curve; the curves are compared: Latch against eager, and eager against the
@@ -67,11 +75,25 @@ def lr_at(batch: int, s: int) -> float:
     return warmup_cosine_value(s, r["peak"], r["warmup"], 10_000, 0.1)
 
 
-def run_latch(batch, idx, tgt, model, args) -> dict:
+def parse_workload(name: str) -> tuple[int, bool]:
+    """``b32`` -> (32, False); ``looped-b32`` -> (32, True)."""
+    looped = name.startswith("looped-")
+    body = name[len("looped-"):] if looped else name
+    if not body.startswith("b") or not body[1:].isdigit():
+        raise SystemExit(f"unknown workload {name!r}: expected b<batch> or looped-b<batch>")
+    return int(body[1:]), looped
+
+
+def build_name(batch: int, looped: bool) -> str:
+    """The bench/tinymoe196m_build.py build (and artifact) of a workload."""
+    return f"b{batch}-bf16" + ("-looped" if looped else "")
+
+
+def run_latch(batch, idx, tgt, model, args, looped=False) -> dict:
     import torch
 
     import latch
-    prog = latch.load(os.path.join(ART, f"tinymoe196m-b{batch}-bf16.latch"))
+    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped)}.latch"))
     d = prog.describe()
     out = {"launches": d["kernels"], "kernel_modules": d["modules"],
            "arena_bytes": d["arena_bytes"]}
@@ -150,19 +172,21 @@ def run_torch(batch, idx, tgt, model, args, compiled: bool) -> dict:
     return out
 
 
-def child(engine: str, batch: int, args) -> dict:
+def child(engine: str, workload: str, args) -> dict:
     import torch
-    from tinymoe_model import make_tinymoe_196m
+    from tinymoe_model import make_looped_tinymoe_196m, make_tinymoe_196m
     from tinymoe196m_build import fingerprint
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    model, (idx, tgt) = make_tinymoe_196m(batch=batch)
-    build = json.load(open(os.path.join(ART, "build.json"))).get(f"b{batch}-bf16", {})
+    batch, looped = parse_workload(workload)
+    make = make_looped_tinymoe_196m if looped else make_tinymoe_196m
+    model, (idx, tgt) = make(batch=batch)
+    build = json.load(open(os.path.join(ART, "build.json"))).get(build_name(batch, looped), {})
     want, got = build.get("fingerprint", {}), fingerprint(model)
     same = all(abs(got[k][1] - want[k][1]) <= 1e-9 * abs(want[k][1]) for k in want)
     idx, tgt = idx.cuda(), tgt.cuda()
     if engine == "latch":
-        out = run_latch(batch, idx, tgt, model, args)
+        out = run_latch(batch, idx, tgt, model, args, looped)
         for k in ("total_s", "stages_s"):
             if k in build:
                 out["compile_" + k] = build[k]
@@ -175,6 +199,8 @@ def child(engine: str, batch: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", default="2,32")
+    p.add_argument("--workloads", default=None,
+                   help="b2, b32, looped-b32 (comma-separated; overrides --batches)")
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--curve-steps", type=int, default=200)
@@ -182,8 +208,8 @@ def main() -> int:
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        engine, batch, path = args.child.split(":", 2)
-        res = child(engine, int(batch), args)
+        engine, workload, path = args.child.split(":", 2)
+        res = child(engine, workload, args)
         with open(path, "w") as f:
             json.dump(res, f)
         return 0
@@ -206,21 +232,26 @@ def main() -> int:
                 with open(os.path.join(folder, f"tinymoe_bench-{stamp}.json"), "w") as f:
                     json.dump(records, f, indent=1)
 
-    for batch in [int(b) for b in args.batches.split(",")]:
+    workloads = (args.workloads.split(",") if args.workloads
+                 else [f"b{b}" for b in args.batches.split(",")])
+    for wl in workloads:
+        batch, looped = parse_workload(wl)
+        tag = ("looped-" if looped else "") + f"B{batch}"     # printed
         got = {}
         for engine in args.engines.split(","):
             left = args.budget_s - (time.perf_counter() - t_start)
-            rec = dict(env, workload=f"tinymoe-b{batch}", engine=engine)
+            rec = dict(env, workload=("looped-" if looped else "") + f"tinymoe-b{batch}",
+                       engine=engine)
             if left < 20:
                 rec["skipped"] = "device time budget"
                 records.append(rec)
                 continue
-            tmp = f"/tmp/tinymoe-bench-{engine}-{batch}.json"
+            tmp = f"/tmp/tinymoe-bench-{engine}-{wl}.json"
             if os.path.exists(tmp):
                 os.unlink(tmp)
             try:
                 r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
-                                    f"{engine}:{batch}:{tmp}", "--iters", str(args.iters),
+                                    f"{engine}:{wl}:{tmp}", "--iters", str(args.iters),
                                     "--curve-steps", str(args.curve_steps)],
                                    capture_output=True, text=True, timeout=left)
                 res = json.load(open(tmp)) if os.path.exists(tmp) else \
@@ -232,14 +263,14 @@ def main() -> int:
             records.append(rec)
             got[engine] = rec
             if "failed" in res:
-                print(f"B{batch} {engine}: FAILED {json.dumps(res)[:1500]}", flush=True)
+                print(f"{tag} {engine}: FAILED {json.dumps(res)[:1500]}", flush=True)
             else:
                 extra = (f" {res['launches']} launches, arena {res['arena_bytes']:,} B"
                          if engine == "latch" else "")
                 losses = res.get("losses") or []
                 curve = (f"; loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} "
                          "updates" if losses else "")
-                print(f"B{batch} {engine:20s} median {res['median_ms']:9.3f} ms (min "
+                print(f"{tag} {engine:20s} median {res['median_ms']:9.3f} ms (min "
                       f"{res['min_ms']:.3f}, max {res['max_ms']:.3f}){curve};{extra}",
                       flush=True)
             save()
@@ -249,7 +280,7 @@ def main() -> int:
                 if e in ok:
                     ratio = ok[e]["median_ms"] / ok["latch"]["median_ms"]
                     ok["latch"][f"speedup_vs_{e}"] = ratio
-                    print(f"B{batch} latch vs {e}: {ratio:.2f}x", flush=True)
+                    print(f"{tag} latch vs {e}: {ratio:.2f}x", flush=True)
         curves = {e: r["losses"] for e, r in ok.items()}
         if "latch" in curves and "torch-eager" in curves and \
                 min(len(curves["latch"]), len(curves["torch-eager"])):
@@ -257,7 +288,7 @@ def main() -> int:
             n = min(len(a), len(b))
             dev = max(abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n]))
             ok["latch"]["curve_max_rel_diff_vs_eager"] = dev
-            line = f"B{batch} loss curves over {n} updates: latch vs eager max rel diff {dev:.3e}"
+            line = f"{tag} loss curves over {n} updates: latch vs eager max rel diff {dev:.3e}"
             if "torch-compile-graph" in curves:
                 c = curves["torch-compile-graph"]
                 m = min(n, len(c))

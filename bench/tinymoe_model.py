@@ -4,6 +4,7 @@ SwiGLU experts with static capacity dispatch, Switch aux loss) at the full confi
 
     model, example = make_tinymoe_196m(batch=2)     # B2: 2 x 1024 tokens
     rule = tinymoe_rule("B2")                         # AdamW(0.9/0.95, wd 0.1) + clip 1.0
+    model, example = make_looped_tinymoe_196m(batch=32)   # WORKLOADS.md "Looped TinyMoE"
 """
 from __future__ import annotations
 
@@ -29,6 +30,28 @@ def make_tinymoe_196m(batch: int = 2, seed: int = 0):
     model = TinyMoE(**CONFIG)
     n = sum(p.numel() for p in model.parameters())
     assert n == N_PARAMS, f"TinyMoE-196M has {n:,} parameters, WORKLOADS.md says {N_PARAMS:,}"
+    data = torch.randint(0, CONFIG["vocab"], (batch, CONFIG["seq"] + 1))
+    return model, (data[:, :-1].contiguous(), data[:, 1:].contiguous())
+
+
+LOOP = (2, 6, 2)    # WORKLOADS.md "Looped TinyMoE": layers 2-5 applied twice (12 applications)
+
+
+def make_looped_tinymoe_196m(batch: int = 32, seed: int = 0):
+    """The looped TinyMoE of WORKLOADS.md: TinyMoE-196M (same parameters, same seed, so the
+    same initial weights as make_tinymoe_196m) with layers 2-5 applied twice in sequence,
+    0,1,2,3,4,5,2,3,4,5,6,7, as ONE latch.repeat over layers 2-5 carrying (hidden, aux sum);
+    the aux loss is averaged over the 12 layer applications."""
+    import torch
+
+    from models import LoopedTinyMoE
+
+    torch.manual_seed(seed)
+    model = LoopedTinyMoE(**CONFIG, loop=LOOP)
+    n = sum(p.numel() for p in model.parameters())
+    assert n == N_PARAMS, (f"looped TinyMoE-196M has {n:,} parameters, WORKLOADS.md says "
+                           f"{N_PARAMS:,}")
+    assert model.applications == 12
     data = torch.randint(0, CONFIG["vocab"], (batch, CONFIG["seq"] + 1))
     return model, (data[:, :-1].contiguous(), data[:, 1:].contiguous())
 

@@ -2,11 +2,17 @@
 PyTorch running the same model (in eager mode ``latch.repeat`` is a plain loop).
 
     .venv/bin/python examples/looped_layers.py [--times 3] [--steps 20] [--target cpu|cuda]
+                                               [--tuple-carry]
 
 The compiler traces the block once and keeps a forward loop and a reverse loop in the IR
 (tests/lit/programs/repeat-training.py); the shared weights' gradients accumulate across
 the visits.  ``--target cuda`` compiles for the GPU (loops unrolled into the launch list)
 and, without a GPU here, saves the artifact (``--save looped.latch``) to run elsewhere.
+
+The carry may be a tuple (any pytree) of tensors: ``--tuple-carry`` carries
+``(hidden, penalty_sum)`` through the loop, each visit adding a penalty on its update that
+the loss reads only through the carry (as the looped TinyMoE carries its MoE aux loss:
+tests/lit/programs/repeat-tuple-carry.py); gradients flow back through both leaves.
 """
 import argparse
 import copy
@@ -28,14 +34,28 @@ class Block(nn.Module):
         return x + self.fc2(torch.tanh(self.fc1(x)))
 
 
+class PenaltyBlock(Block):
+    """block(carry) -> carry with carry = (hidden, penalty sum)."""
+
+    def forward(self, carry):
+        x, penalty = carry
+        d = self.fc2(torch.tanh(self.fc1(x)))
+        return x + d, penalty + (d * d).mean()
+
+
 class Looped(nn.Module):
-    def __init__(self, times):
+    def __init__(self, times, tuple_carry=False):
         super().__init__()
-        self.pre, self.block, self.post = nn.Linear(8, 16), Block(), nn.Linear(16, 4)
-        self.times = times
+        self.pre, self.post = nn.Linear(8, 16), nn.Linear(16, 4)
+        self.block = PenaltyBlock() if tuple_carry else Block()
+        self.times, self.tuple_carry = times, tuple_carry
 
     def forward(self, x, y):
-        return F.mse_loss(self.post(latch.repeat(self.block, self.pre(x), self.times)), y)
+        h = self.pre(x)
+        if not self.tuple_carry:
+            return F.mse_loss(self.post(latch.repeat(self.block, h, self.times)), y)
+        h, penalty = latch.repeat(self.block, (h, h.new_zeros(())), self.times)
+        return F.mse_loss(self.post(h), y) + 0.1 * penalty / self.times
 
 
 def main():
@@ -44,9 +64,11 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--target", default="cpu")
     p.add_argument("--save", default="")
+    p.add_argument("--tuple-carry", action="store_true",
+                   help="carry (hidden, penalty sum) through the loop")
     args = p.parse_args()
     torch.manual_seed(0)
-    model = Looped(args.times)
+    model = Looped(args.times, args.tuple_carry)
     x, y = torch.randn(32, 8), torch.randn(32, 4)
     prog = latch.compile(model, optim.AdamW(1e-2), (x, y), target=args.target)
     print(prog.report())

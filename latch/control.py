@@ -12,10 +12,13 @@ with each leaf of ``y`` stacked along a new dim 0.  ``step_fn`` may take gradien
 ``torch.func.grad`` (fast weights).  It may be an ``nn.Module``: its parameters and buffers are
 then inputs of the traced body (tensors a plain function closes over become constants).
 
-``repeat(block, x, times)`` applies ``block`` (an ``nn.Module`` or a function of one tensor
-returning a tensor of the same shape and dtype) ``times`` times with the same weights.
-Compiled with a learning rule, the backward pass runs the loop in reverse and accumulates the
-block's parameter gradients across the visits.
+``repeat(block, carry, times)`` applies ``block`` ``times`` times with the same weights:
+``carry = block(carry)``.  ``carry`` is a tensor or a pytree (tuple/list/dict) of tensors, and
+``block`` (an ``nn.Module`` or a function of the carry alone) returns a carry of the same
+structure, each leaf with its shape and dtype: e.g. ``(hidden, aux_sum)`` for layers that also
+accumulate a loss.  Compiled, the repeat is one loop in the IR; with a learning rule the
+backward pass runs the loop in reverse, gradients flowing through every carry leaf, and
+accumulates the block's parameter gradients across the visits.
 """
 from __future__ import annotations
 
@@ -53,25 +56,35 @@ def eager_scan(step_fn, carry, xs):
     return carry, stacked
 
 
+def _recorder():
+    """The Latch trace in progress, if any.  Under torch.compile (dynamo) there is none: the
+    eager loop is what dynamo should see (reading the ContextVar would break its graph)."""
+    if torch.compiler.is_compiling():
+        return None
+    from latch.frontend import structured
+    return structured.active()
+
+
 def scan(step_fn, carry, xs):
     """``jax.lax.scan``: returns ``(final_carry, stacked_ys)``; see the module docstring."""
     from latch.frontend import structured
-    rec = structured.active()
+    rec = _recorder()
     if rec is not None:
         return structured.traced_scan(rec, step_fn, carry, xs)
     return eager_scan(step_fn, carry, xs)
 
 
-def repeat(block, x, times: int):
-    """Apply ``block`` ``times`` times to ``x`` with shared weights: ``block(...block(x))``."""
+def repeat(block, carry, times: int):
+    """Apply ``block`` ``times`` times with shared weights: ``block(...block(carry))``;
+    ``carry`` a tensor or a pytree of tensors (see the module docstring)."""
     if not isinstance(times, int) or isinstance(times, bool) or times < 0:
         raise ValueError(f"latch.repeat: times must be an int >= 0, got {times!r}")
     if times == 0:
-        return x
+        return carry
     from latch.frontend import structured
-    rec = structured.active()
+    rec = _recorder()
     if rec is not None:
-        return structured.traced_repeat(rec, block, x, times)
+        return structured.traced_repeat(rec, block, carry, times)
     for _ in range(times):
-        x = block(x)
-    return x
+        carry = block(carry)
+    return carry

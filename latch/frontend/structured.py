@@ -11,9 +11,10 @@ is traced on its own with ``make_fx`` (:func:`finish`):
 * scan:   ``(carries..., x slices..., extras...) -> (new carries..., y slices...)``
   (the step function may call ``torch.func.grad``; ``extras`` are the parameters and
   buffers of a step function that is an ``nn.Module``);
-* repeat: ``(x, params..., buffers...) -> y``, and for training its VJP
-  ``(x, gy, params..., buffers...) -> (gx, gparams...)``, which rematerialises the body's
-  forward.
+* repeat: ``(carries..., params..., buffers...) -> new carries...`` (the leaves of the carry
+  pytree: one for a tensor carry), and for training its VJP
+  ``(carries..., carry cotangents..., params..., buffers...) -> (carry gradients...,
+  gparams...)``, which rematerialises the body's forward.
 
 and the node's name gets a digest of the body graph (``scan0:1a2b...``), so the graph text
 (the compile cache's key) changes when a body does.  The bodies live in
@@ -33,10 +34,11 @@ main function is assembled: ``func.call``\\ s of the segments, and for each node
 
 * scan           -> ``latch.scan`` whose body calls ``@<main>__scanN_body``;
 * repeat         -> ``latch.loop`` (forward only) or ``latch.scan`` with no xs that also stacks
-                    each visit's input (for the backward);
-* repeat_bwd     -> ``latch.loop`` running the visits in reverse (slice ``times-1-i`` of the
-                    stack), calling ``@<main>__repeatN_vjp`` and accumulating the parameters'
-                    gradients with ``latch.accumulate``;
+                    each visit's input, one stack per carry leaf (for the backward);
+* repeat_bwd     -> ``latch.loop`` running the visits in reverse (slice ``times-1-i`` of each
+                    stack), carrying every leaf's cotangent, calling
+                    ``@<main>__repeatN_vjp`` and accumulating the parameters' gradients with
+                    ``latch.accumulate``;
 
 lowered right away by ``latch-lower-control`` (-> ``scf.for``) and
 ``latch-lower-optimizers``, then ``inline`` + ``symbol-dce``: the result is one
@@ -47,8 +49,9 @@ Limitations: bodies are traced with the structured ops switched off, so a scan/r
 inside a body is unrolled in that body; tensors of the traced model that a scan's step
 function closes over become extra inputs of the body (:func:`_lift_captured`), real tensors
 it closes over become constants; a repeat's block must be an ``nn.Module`` (its parameters
-and buffers are inputs; a closure over a traced tensor is an error) or a function of ``x``
-alone; scans are forward-only (rule None).
+and buffers are inputs; a closure over a traced tensor is an error) or a function of the
+carry alone; a repeat's carry is a tensor or a pytree of tensors (every leaf floating-point
+when training); scans are forward-only (rule None).
 """
 from __future__ import annotations
 
@@ -169,61 +172,73 @@ def _(args, key):
 
 @torch.library.custom_op("latch::repeat", mutates_args=())
 def _repeat_op(args: list[torch.Tensor], key: str) -> list[torch.Tensor]:
+    """``[carries..., extras...] -> [final carries..., stacked visit inputs...]``."""
     call = _lookup(key)
-    x, extras = args[0], args[1:]
+    k = call.num_carries
+    cs, extras = list(args[:k]), args[k:]
     visits = []
     for _ in range(call.length):
-        visits.append(x)
-        x = call.flat_fn(x, *extras)
-    return [x.clone(), torch.stack(visits)]
+        visits.append(cs)
+        cs = list(call.flat_fn(*cs, *extras))
+    return [c.clone() for c in cs] + [torch.stack([v[i] for v in visits]) for i in range(k)]
 
 
 @_repeat_op.register_fake
 def _(args, key):
     call = _lookup(key)
-    x = args[0]
-    return [torch.empty_like(x), x.new_empty((call.length, *x.shape))]
+    cs = args[:call.num_carries]
+    return ([torch.empty_like(c) for c in cs]
+            + [c.new_empty((call.length, *c.shape)) for c in cs])
 
 
 @torch.library.custom_op("latch::repeat_bwd", mutates_args=())
 def _repeat_bwd_op(args: list[torch.Tensor], key: str) -> list[torch.Tensor]:
+    """``[stacks..., carry cotangents..., extras...] -> [carry gradients..., param grads...]``:
+    the visits in reverse, the parameters' gradients summed over them."""
     call = _lookup(key)
-    stack, gy, extras = args[0], args[1], args[2:]
-    P = call.num_params
+    k, P = call.num_carries, call.num_params
+    stacks, gys, extras = args[:k], list(args[k:2 * k]), args[2 * k:]
     gps = [torch.zeros_like(p) for p in extras[:P]]
     for i in reversed(range(call.length)):
-        gy, *g = _vjp_of(call)(stack[i], gy, *extras)
+        out = _vjp_of(call)(*[s[i] for s in stacks], *gys, *extras)
+        gys, g = list(out[:k]), out[k:]
         gps = [a + b for a, b in zip(gps, g)]
-    return [gy, *gps]
+    return [*gys, *gps]
 
 
 @_repeat_bwd_op.register_fake
 def _(args, key):
     call = _lookup(key)
-    return [torch.empty_like(args[1])] + [torch.empty_like(p)
-                                          for p in args[2:2 + call.num_params]]
+    k = call.num_carries
+    return ([torch.empty_like(g) for g in args[k:2 * k]]
+            + [torch.empty_like(p) for p in args[2 * k:2 * k + call.num_params]])
 
 
 class _RepeatFn(torch.autograd.Function):
-    """One forward node, one backward node (traced under plain autograd)."""
+    """One forward node, one backward node (traced under plain autograd).  Inputs:
+    ``key, num_params, num_carries, carries..., extras...``; outputs: the final carries, then
+    the stacks of each carry leaf's visit inputs (non-differentiable, saved for backward)."""
 
     @staticmethod
-    def forward(key, num_params, x, *extras):
-        y, stack = torch.ops.latch.repeat([x, *extras], key)
-        return y, stack
+    def forward(key, num_params, num_carries, *args):
+        return tuple(torch.ops.latch.repeat(list(args), key))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        key, num_params, x, *extras = inputs
-        ctx.key, ctx.num_params, ctx.num_extras = key, num_params, len(extras)
-        ctx.save_for_backward(output[1], *extras)
-        ctx.mark_non_differentiable(output[1])
+        key, num_params, k, *args = inputs
+        ctx.key, ctx.num_params, ctx.num_carries = key, num_params, k
+        ctx.num_extras = len(args) - k
+        ctx.save_for_backward(*output[k:], *args[k:])
+        ctx.mark_non_differentiable(*output[k:])
 
     @staticmethod
-    def backward(ctx, gy, _gstack):
-        stack, *extras = ctx.saved_tensors
-        gx, *gps = torch.ops.latch.repeat_bwd([stack, gy, *extras], ctx.key)
-        return (None, None, gx, *gps, *([None] * (ctx.num_extras - ctx.num_params)))
+    def backward(ctx, *grads):
+        k = ctx.num_carries
+        saved = ctx.saved_tensors
+        stacks, extras = saved[:k], saved[k:]
+        out = torch.ops.latch.repeat_bwd([*stacks, *grads[:k], *extras], ctx.key)
+        return (None, None, None, *out,
+                *([None] * (ctx.num_extras - ctx.num_params)))
 
 
 # ----------------------------------------------------------------------------- tracing
@@ -302,28 +317,123 @@ def traced_scan(rec: Recorder, step_fn, carry, xs):
             pytree.tree_unflatten(list(out[k:]), call.y_def))
 
 
-def traced_repeat(rec: Recorder, block, x, times: int):
+def _describe_value(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"a {v.dtype} tensor of shape {list(v.shape)}"
+    return f"a {type(v).__name__}"
+
+
+def _meta_str(shape, dtype) -> str:
+    return f"{dtype}{list(shape)}"
+
+
+CARRY_ACCEPTED = ("a tensor, or a tuple/list/dict (pytree) of tensors")
+
+
+def _repeat_carry(carry, training: bool):
+    """(leaves, treedef, leaf names) of a repeat's carry; a clear error for anything else."""
+    if isinstance(carry, torch.Tensor):
+        return [carry], pytree.tree_structure(carry), ["carry"]
+    with_paths, carry_def = pytree.tree_flatten_with_path(carry)
+    if not with_paths:
+        raise LatchError(f"latch.repeat: the carry ({_describe_value(carry)}) holds no "
+                         f"tensor; a carry is {CARRY_ACCEPTED}")
+    leaves, where = [], []
+    for path, leaf in with_paths:
+        name = "carry" + pytree.keystr(path)
+        if not isinstance(leaf, torch.Tensor):
+            raise LatchError(
+                f"latch.repeat: {name} is {_describe_value(leaf)}; a carry is "
+                f"{CARRY_ACCEPTED} (make it a tensor, e.g. torch.zeros(()) for a running sum)")
+        if training and not leaf.is_floating_point():
+            raise LatchError(
+                f"latch.repeat: {name} is {_describe_value(leaf)}; in a model compiled with "
+                "a learning rule every carry leaf must be floating-point (gradients flow "
+                "through the carry); integer carries compile forward-only (rule None)")
+        leaves.append(leaf)
+        where.append(name)
+    return leaves, carry_def, where
+
+
+def _structure_str(tree) -> str:
+    """One line: ``(torch.float32[2, 8], {'n': torch.int64[]})``."""
+    if isinstance(tree, torch.Tensor):
+        return f"{tree.dtype}{list(tree.shape)}"
+    if isinstance(tree, dict):
+        return "{" + ", ".join(f"{k!r}: {_structure_str(v)}" for k, v in tree.items()) + "}"
+    if isinstance(tree, (list, tuple)):
+        inner = ", ".join(_structure_str(v) for v in tree)
+        if isinstance(tree, list):
+            return f"[{inner}]"
+        name = type(tree).__name__ if type(tree) is not tuple else ""
+        return f"{name}({inner}{',' if len(tree) == 1 and not name else ''})"
+    return f"a {type(tree).__name__}"
+
+
+def _same_structure(a, b) -> bool:
+    """Pytree structures equal up to the order of dict keys (a block may rebuild a dict)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_structure(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_structure(x, y) for x, y in zip(a, b))
+    return pytree.tree_structure(a) == pytree.tree_structure(b)
+
+
+def traced_repeat(rec: Recorder, block, carry, times: int):
     rec.refuse_fingerprint("latch.repeat")
     if rec.mode == "joint":
         raise NeedsAutogradJoint("latch.repeat in a functorch joint trace")
-    if not isinstance(x, torch.Tensor):
-        raise LatchError(f"latch.repeat: x must be a tensor, got {type(x).__name__}")
+    single = isinstance(carry, torch.Tensor)
+    leaves, carry_def, where = _repeat_carry(carry, rec.mode == "joint-autograd")
+    k = len(leaves)
     names, extras, P = _module_inputs(block)
-    call = Call("repeat", 0, None, [], times, num_params=P, num_extras=len(extras))
-    call.flat_fn = lambda h, *ex: _call_with(block, names, ex, (h,))
-    args = [x, *extras]
+    call = Call("repeat", 0, None, [], times, num_carries=k, num_params=P,
+                num_extras=len(extras), carry_def=carry_def)
+
+    def flat_fn(*flat):
+        c = flat[0] if single else pytree.tree_unflatten(list(flat[:k]), carry_def)
+        out = _call_with(block, names, flat[k:], (c,))
+        if single:
+            if not isinstance(out, torch.Tensor):
+                raise LatchError(f"latch.repeat: the block must return one tensor of its "
+                                 f"input's shape and dtype, it returned {_describe_value(out)}")
+            return (out,)
+        out_leaves, out_def = pytree.tree_flatten(out)
+        if out_def == carry_def:
+            return tuple(out_leaves)
+        if not _same_structure(out, carry):
+            raise LatchError(f"latch.repeat: block(carry) must return a carry of the same "
+                             f"structure as its input, {_structure_str(carry)}; it returned "
+                             f"{_structure_str(out)}")
+        # the same dicts with their keys in another order: read the leaves in carry order
+        by_path = {pytree.keystr(p): leaf for p, leaf in pytree.tree_flatten_with_path(out)[0]}
+        return tuple(by_path[w[len("carry"):]] for w in where)
+
+    call.flat_fn = flat_fn
+    args = [*leaves, *extras]
     call.in_meta = [(tuple(int(s) for s in a.shape), a.dtype) for a in args]
     rec.add(call)
     _trace_bodies(rec, call)
-    (ys, yd), = _out_meta(call.body) if len(_out_meta(call.body)) == 1 else [(None, None)]
-    if ys != call.in_meta[0][0] or yd != call.in_meta[0][1]:
-        raise LatchError(f"latch.repeat: the block must return one tensor of its input's "
-                         f"shape and dtype ({call.in_meta[0][1]}{list(call.in_meta[0][0])})")
-    if rec.mode == "joint-autograd":
-        y, _ = _RepeatFn.apply(call.base_key, P, x, *extras)
+    body_out = _out_meta(call.body)
+    if single:
+        if len(body_out) != 1 or body_out[0] != call.in_meta[0]:
+            raise LatchError(f"latch.repeat: the block must return one tensor of its input's "
+                             f"shape and dtype ({call.in_meta[0][1]}{list(call.in_meta[0][0])})")
     else:
-        y, _ = torch.ops.latch.repeat(args, call.base_key)
-    return y
+        for name, (cs, cd), (ns, nd) in zip(where, call.in_meta[:k], body_out):
+            if (cs, cd) != (ns, nd):
+                raise LatchError(f"latch.repeat: the block changes {name} from "
+                                 f"{_meta_str(cs, cd)} to {_meta_str(ns, nd)}; every carry "
+                                 "leaf must keep its shape and dtype")
+    if rec.mode == "joint-autograd":
+        out = _RepeatFn.apply(call.base_key, P, k, *leaves, *extras)
+    else:
+        out = torch.ops.latch.repeat(args, call.base_key)
+    return out[0] if single else pytree.tree_unflatten(list(out[:k]), carry_def)
 
 
 def autograd_joint(loss_fn, num_params: int):
@@ -340,12 +450,15 @@ def autograd_joint(loss_fn, num_params: int):
 
 
 def _vjp_of(call: Call):
-    P = call.num_params
+    """``(carries..., carry cotangents..., params..., buffers...) -> (carry gradients...,
+    param gradients...)``."""
+    P, k = call.num_params, call.num_carries
 
-    def vjp_fn(x, gy, *extras):
+    def vjp_fn(*flat):
+        xs, gys, extras = flat[:k], flat[k:2 * k], flat[2 * k:]
         ps, bufs = extras[:P], extras[P:]
-        _, pull = torch.func.vjp(lambda h, *p: call.flat_fn(h, *p, *bufs), x, *ps)
-        return tuple(pull(gy))
+        _, pull = torch.func.vjp(lambda *a: call.flat_fn(*a, *bufs), *xs, *ps)
+        return tuple(pull(tuple(gys)))
     return vjp_fn
 
 
@@ -396,18 +509,21 @@ def _trace_bodies(rec: Recorder, call: Call) -> None:
                                     f"latch.scan #{call.index}")
             call.captured = _lift_captured(call.body)
         else:
-            call.body = _trace_body(lambda *a, c=call: (c.flat_fn(*a),), ex, rec.precision,
+            call.body = _trace_body(call.flat_fn, ex, rec.precision,
                                     f"latch.repeat #{call.index}")
             if _lift_captured(call.body):
                 raise LatchError(
                     "latch.repeat: the block reads a tensor computed by the traced model (a "
                     "closure); pass an nn.Module whose parameters and buffers are its weights")
             if rec.mode == "joint-autograd":
-                # x and gy must be distinct tensors: make_fx maps one object to one input
-                gy = torch.zeros_like(ex[0])
-                call.vjp = _trace_body(_vjp_of(call), [ex[0], gy, *ex[1:]], rec.precision,
+                # carries and cotangents must be distinct tensors: make_fx maps one object
+                # to one input
+                k = call.num_carries
+                gys = [torch.zeros_like(x) for x in ex[:k]]
+                call.vjp = _trace_body(_vjp_of(call), [*ex[:k], *gys, *ex[k:]], rec.precision,
                                        f"latch.repeat #{call.index} (backward)", grad=True)
-    digest = _digest(call.body) + (_digest(call.vjp) if call.vjp is not None else "")
+        # inside _escaped: a body's constants (get_attr) are read as plain tensors
+        digest = _digest(call.body) + (_digest(call.vjp) if call.vjp is not None else "")
     call.key = f"{call.base_key}:{hashlib.sha256(digest.encode()).hexdigest()[:16]}"
 
 
@@ -599,7 +715,8 @@ def build_latch_module(traced, func_name: str, lower) -> str:
                 if op == "latch::scan":
                     bind(node, _emit_scan(lt, c, args, ftypes, func_name))
                 elif op == "latch::repeat":
-                    stacked = any(u.args[1] == 1 and u.users for u in node.users)
+                    stacked = any(u.args[1] >= c.num_carries and u.users
+                                  for u in node.users)
                     bind(node, _emit_repeat(lt, c, args, ftypes, func_name, stacked))
                 else:
                     bind(node, _emit_repeat_bwd(lt, c, args, ftypes, func_name))
@@ -621,18 +738,20 @@ def _emit_scan(lt, c, args, ftypes, func_name):
 
 def _emit_repeat(lt, c, args, ftypes, func_name, stacked):
     from mlir import ir
-    x, extras = args[0], args[1:]
+    k = c.num_carries
+    cs, extras = args[:k], args[k:]
     body = f"{func_name}__{c.base_key}_body"
     res = list(ftypes[body].results)
     if not stacked:                       # forward only: a plain loop
-        r = lt.loop([x], c.length)
+        r = lt.loop(cs, c.length)
         with ir.InsertionPoint(r.body):
-            lt.yield_(lt.call(body, [r.args[1], *extras], res))
-        return [r.results[0], None]
-    r = lt.scan([x], [], [x.type], length=c.length)   # also stack each visit's input
+            lt.yield_(lt.call(body, [*r.args[1:], *extras], res))
+        return [*r.results, *([None] * k)]
+    # also stack each visit's input, every carry leaf (for the backward)
+    r = lt.scan(cs, [], [x.type for x in cs], length=c.length)
     with ir.InsertionPoint(r.body):
-        y = lt.call(body, [r.args[0], *extras], res)
-        lt.yield_([y[0], r.args[0]])
+        y = lt.call(body, [*r.args[:k], *extras], res)
+        lt.yield_([*y, *r.args[:k]])
     return r.results
 
 
@@ -642,7 +761,8 @@ _DYN = -9223372036854775808
 def _emit_repeat_bwd(lt, c, args, ftypes, func_name):
     from mlir import ir
     from latch.passes.lower_optimizers import create, extract
-    stack, gy, extras = args[0], args[1], args[2:]
+    k = c.num_carries
+    stacks, gys, extras = args[:k], args[k:2 * k], args[2 * k:]
     params = extras[:c.num_params]
     vjp = f"{func_name}__{c.base_key}_vjp"
     res = list(ftypes[vjp].results)
@@ -651,24 +771,26 @@ def _emit_repeat_bwd(lt, c, args, ftypes, func_name):
         t = ir.RankedTensorType(p.type)
         zeros.append(create("arith.constant", [], [t], {"value": ir.DenseElementsAttr.get_splat(
             t, ir.FloatAttr.get(t.element_type, 0.0))}).result)
-    r = lt.loop([gy, *zeros], c.length)
+    r = lt.loop([*gys, *zeros], c.length)
     with ir.InsertionPoint(r.body):
-        it, g, acc = r.args[0], r.args[1], r.args[2:]
+        it, g, acc = r.args[0], r.args[1:1 + k], r.args[1 + k:]
         i64 = ir.IntegerType.get_signless(64)
         last = create("arith.constant", [], [i64],
                       {"value": ir.IntegerAttr.get(i64, c.length - 1)}).result
         rev = create("arith.subi", [last, extract(it)], [i64]).result   # times-1-i
         idx = create("arith.index_cast", [rev], [ir.IndexType.get()]).result
-        st = ir.RankedTensorType(stack.type)
-        rank = st.rank
-        x_i = create("tensor.extract_slice", [stack, idx], [gy.type], {
-            "static_offsets": ir.DenseI64ArrayAttr.get([_DYN] + [0] * (rank - 1)),
-            "static_sizes": ir.DenseI64ArrayAttr.get([1] + list(st.shape[1:])),
-            "static_strides": ir.DenseI64ArrayAttr.get([1] * rank),
-            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0]),
-        }).result
-        outs = lt.call(vjp, [x_i, g, *extras], res)
-        lt.yield_([outs[0]] + [lt.accumulate(a, gw) for a, gw in zip(acc, outs[1:])])
+        x_is = []
+        for stack, gy in zip(stacks, gys):
+            st = ir.RankedTensorType(stack.type)
+            rank = st.rank
+            x_is.append(create("tensor.extract_slice", [stack, idx], [gy.type], {
+                "static_offsets": ir.DenseI64ArrayAttr.get([_DYN] + [0] * (rank - 1)),
+                "static_sizes": ir.DenseI64ArrayAttr.get([1] + list(st.shape[1:])),
+                "static_strides": ir.DenseI64ArrayAttr.get([1] * rank),
+                "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0]),
+            }).result)
+        outs = lt.call(vjp, [*x_is, *g, *extras], res)
+        lt.yield_(list(outs[:k]) + [lt.accumulate(a, gw) for a, gw in zip(acc, outs[k:])])
     return r.results
 
 

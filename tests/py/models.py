@@ -15,6 +15,9 @@ parameters and inputs for that seed.
   (token, k) order via one_hot + cumsum, dropped slots past C, static-shape dispatch with
   ``index_add`` / gather, SwiGLU experts as ``bmm`` with weights ``[E, in, out]``, Switch aux
   loss weight 0.01 averaged over layers).
+- :func:`make_looped_tiny_moe`: the mini TinyMoE with a span of layers applied twice with
+  shared weights (WORKLOADS.md "Looped TinyMoE"): one ``latch.repeat`` carrying
+  ``(hidden, aux_sum)``.
 """
 from __future__ import annotations
 
@@ -257,5 +260,70 @@ def make_looped(seed: int = 0, batch: int = 16):
     return model, (torch.randn(batch, 8), torch.randn(batch, 4))
 
 
+# ---------------------------------------------------------------------------------------
+# (e) looped TinyMoE (WORKLOADS.md "Looped TinyMoE"): layers [start, stop) applied ``times``
+#     times in sequence with shared weights, one latch.repeat carrying (hidden, aux sum)
+# ---------------------------------------------------------------------------------------
+class MoESpan(nn.Module):
+    """``layers`` applied in order to a ``(hidden, aux_sum)`` carry, each layer's aux loss
+    added to the sum: the block of a looped TinyMoE (``block(carry) -> carry``)."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, carry):
+        x, aux = carry
+        for layer in self.layers:
+            x, a = layer(x)
+            aux = aux + a
+        return x, aux
+
+
+class LoopedTinyMoE(TinyMoE):
+    """TinyMoE with layers ``[start, stop)`` applied ``times`` times in sequence with shared
+    weights (``loop=(2, 6, 2)`` at 8 layers: 0,1,2,3,4,5,2,3,4,5,6,7, 12 layer applications
+    with 8 layers of weights).  Same parameters (and names, ``layers.<i>.*``) as the TinyMoE
+    of the same configuration.  The repeated span is ONE ``latch.repeat`` whose carry is
+    ``(hidden, aux_sum)``; the aux loss is averaged over the layer applications."""
+
+    def __init__(self, *args, loop=(2, 6, 2), **kwargs):
+        super().__init__(*args, **kwargs)
+        start, stop, times = loop
+        if not (0 <= start < stop <= len(self.layers)) or times < 1:
+            raise ValueError(f"loop=(start, stop, times) needs 0 <= start < stop <= "
+                             f"{len(self.layers)} and times >= 1, got {loop}")
+        self.loop = (start, stop, times)
+        self.applications = len(self.layers) + (stop - start) * (times - 1)
+        # the span holds the same layer modules as self.layers; kept out of the module tree
+        # (self.__dict__) so that every parameter keeps one name, layers.<i>.*
+        self.__dict__["span"] = MoESpan(list(self.layers[start:stop]))
+
+    def forward(self, idx, targets):
+        import latch
+        B, T = idx.shape
+        start, stop, times = self.loop
+        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
+        aux = x.new_zeros(())
+        for layer in self.layers[:start]:
+            x, a = layer(x)
+            aux = aux + a
+        x, aux = latch.repeat(self.span, (x, aux), times)
+        for layer in self.layers[stop:]:
+            x, a = layer(x)
+            aux = aux + a
+        logits = self.norm(x) @ self.tok.weight.t()                       # tied LM head
+        ce = F.cross_entropy(_fp32_or_wider(logits).reshape(B * T, -1), targets.reshape(B * T))
+        return ce + self.aux_weight * aux / self.applications
+
+
+def make_looped_tiny_moe(seed: int = 0, batch: int = 2, seq: int = 16, vocab: int = 64):
+    """4 tiny layers, layers 1 and 2 applied twice: 0,1,2,1,2,3 (6 applications)."""
+    torch.manual_seed(seed)
+    model = LoopedTinyMoE(vocab=vocab, seq=seq, n_layers=4, loop=(1, 3, 2))
+    data = torch.randint(0, vocab, (batch, seq + 1))
+    return model, (data[:, :-1].contiguous(), data[:, 1:].contiguous())
+
+
 MODELS = {"mlp": make_mlp, "char_lm": make_char_lm, "tiny_moe": make_tiny_moe,
-          "looped": make_looped}
+          "looped": make_looped, "looped_tiny_moe": make_looped_tiny_moe}

@@ -112,3 +112,17 @@ def test_selective_updates_over_32_microbatches():
     bad = {k: v for k, v in errs.items()
            if v > LIMIT and not (torch_errs.get(k, 0) > LIMIT and v <= 3 * torch_errs[k])}
     assert not bad, f"relative L2 above {LIMIT}: {bad}"
+
+
+@pytest.mark.parametrize("config", ["sgd_momentum", "adamw_schedule_clip"])
+def test_looped_tiny_moe_training_matches_fp64(config, monkeypatch):
+    """WORKLOADS.md "Looped TinyMoE" at toy size (tests/py/models.py LoopedTinyMoE: layers
+    1-2 of 4 applied twice, one latch.repeat carrying (hidden, aux sum)), under the policy
+    above.  Not under partition_every: there, element (6, 0, 3) of layers.1.moe.w2 has an
+    exact mean gradient of 1.1e-9 at its first AdamW step (fp32 rounding noise: torch
+    float32 gets 1.24e-9, Latch 2.2e-10) and eps = 1e-8 turns that noise into a tenth of a
+    step; torch float32 happens to land close, so the 3x allowance does not apply."""
+    from models import make_looped_tiny_moe
+
+    monkeypatch.setitem(MODELS, "looped_tiny_moe", (make_looped_tiny_moe, "*.moe.w*"))
+    test_training_matches_fp64("looped_tiny_moe", config)

@@ -305,3 +305,249 @@ def test_repeat_block_closing_over_trained_weights_is_an_error():
     torch.manual_seed(0)
     with pytest.raises(latch.LatchError, match="closure"):
         latch.compile(M(), optim.SGD(0.1), (torch.randn(5, 6), torch.randn(5, 3)))
+
+
+# ------------------------------------------------------------------ repeat: pytree carries
+class AuxBlock(nn.Module):
+    """block(carry) -> carry with carry = (hidden, aux sum): a residual MLP that also adds a
+    penalty of its update to the carried sum (what a looped MoE does with its aux loss)."""
+
+    def __init__(self, d=8, h=16):
+        super().__init__()
+        self.fc1 = nn.Linear(d, h)
+        self.fc2 = nn.Linear(h, d)
+
+    def forward(self, carry):
+        h, aux = carry
+        d = self.fc2(torch.tanh(self.fc1(h)))
+        return h + d, aux + (d * d).mean()
+
+
+class LoopedAux(nn.Module):
+    def __init__(self, times=3):
+        super().__init__()
+        self.pre = nn.Linear(6, 8)
+        self.block = AuxBlock()
+        self.post = nn.Linear(8, 3)
+        self.times = times
+
+    def forward(self, x, y):
+        h = self.pre(x)
+        h, aux = latch.repeat(self.block, (h, h.new_zeros(())), self.times)
+        return F.mse_loss(self.post(h), y) + 0.5 * aux
+
+
+def test_repeat_eager_pytree_carry_matches_hand_loop():
+    torch.manual_seed(0)
+    blk = AuxBlock()
+    x = torch.randn(5, 8)
+    h, a = latch.repeat(blk, (x, torch.zeros(())), 3)
+    hh, aa = x, torch.zeros(())
+    for _ in range(3):
+        hh, aa = blk((hh, aa))
+    assert torch.equal(h, hh) and torch.equal(a, aa) and a.item() > 0
+    out = latch.repeat(lambda c: {"h": c["h"] * 2, "n": (c["n"][0] + 1,)},
+                       {"h": x, "n": (torch.zeros(()),)}, 4)
+    assert torch.equal(out["h"], x * 16) and out["n"][0].item() == 4
+    c = (x, torch.zeros(()))
+    assert latch.repeat(blk, c, 0) is c
+
+
+def test_repeat_forward_dict_carry_compiled_as_one_loop():
+    torch.manual_seed(0)
+    blk = AuxBlock().double()
+
+    def step(c):
+        h, aux = blk((c["h"], c["aux"]))
+        return {"aux": aux, "h": h, "n": c["n"] + 1}
+
+    def fn(x):
+        c = latch.repeat(step, {"h": x, "aux": x.new_zeros(()),
+                                "n": torch.zeros((), dtype=torch.int64)}, 4)
+        return c["h"], c["aux"], c["n"]
+
+    x = torch.randn(5, 8, dtype=torch.float64)
+    traced = trace_function(fn, (x,))
+    assert [str(n.target) for n in traced.graph_module.graph.nodes
+            if str(n.target).startswith("latch.")] == ["latch.repeat.default"]
+    text = import_to_linalg(traced, "main")
+    assert text.count('"scf.for"') == 1
+    cf = latch.compile(fn, None, (x,))
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        x = torch.randn(5, 8, dtype=torch.float64)
+        got, want = cf(x), fn(x)
+        assert rel(got[0], want[0]) <= 1e-12 and rel(got[1], want[1]) <= 1e-12
+        assert int(got[2]) == 4
+
+
+@pytest.mark.parametrize("rule_name", ["sgd", "adamw"])
+def test_repeat_tuple_carry_training_matches_fp64(rule_name):
+    """Gradients flow through both carry leaves (the aux sum reaches the loss only through
+    the carry) and accumulate over the visits."""
+    torch.manual_seed(0)
+    model = LoopedAux()
+    batches = [(torch.randn(5, 6), torch.randn(5, 3)) for _ in range(4)]
+    ref = copy.deepcopy(model).double()
+    if rule_name == "sgd":
+        rule, opt = optim.SGD(0.05, momentum=0.9), torch.optim.SGD(ref.parameters(), lr=0.05,
+                                                                  momentum=0.9)
+    else:
+        rule = optim.AdamW(1e-2, weight_decay=0.1)
+        opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+    traced = trace_loss_and_grads(model, batches[0])
+    assert import_to_linalg(traced, "loss_and_grads").count('"scf.for"') == 2
+    prog = latch.compile(model, rule, batches[0])
+    state = prog.init(model)
+    for x, y in batches:
+        loss = prog.step(state, x, y)
+        opt.zero_grad()
+        ref_loss = ref(x.double(), y.double())
+        ref_loss.backward()
+        opt.step()
+        assert abs(loss - ref_loss.item()) / abs(ref_loss.item()) <= 1e-5
+    got = state.parameters()
+    for n, p in ref.named_parameters():
+        assert rel(got[n], p.detach()) <= 1e-5, (n, rel(got[n], p.detach()))
+
+
+def _one_sgd_step_gradients(model, example):
+    """Latch's gradients of one update (plain SGD, lr 1: p1 = p0 - g)."""
+    prog = latch.compile(model, optim.SGD(1.0), example)
+    state = prog.init(model)
+    p0 = {n: p.detach().clone() for n, p in model.named_parameters()}
+    loss = prog.step(state, *example)
+    p1 = state.parameters()
+    return loss, {n: (p0[n] - p1[n]).double() for n in p0}
+
+
+def _looped_moe_visit_gradients(model, example):
+    """Float64 eager gradients of the looped TinyMoE, with each visit of the repeated span
+    given its own copy of the span's weights: {visit: {model param name: grad}}, and the
+    tied model's gradients."""
+    ref = copy.deepcopy(model).double()
+    tied_loss = ref(*example)
+    tied_loss.backward()
+    tied = {n: p.grad.clone() for n, p in ref.named_parameters()}
+    start, stop, times = ref.loop
+    copies = [copy.deepcopy(ref.span) for _ in range(times)]
+    visits = iter(copies)
+    ref.__dict__["span"] = lambda carry: next(visits)(carry)
+    ref.zero_grad()
+    untied_loss = ref(*example)
+    untied_loss.backward()
+    assert abs(untied_loss.item() - tied_loss.item()) <= 1e-12 * abs(tied_loss.item())
+    per_visit = []
+    for span in copies:
+        per_visit.append({f"layers.{start + int(n.split('.')[1])}." + n.split(".", 2)[2]:
+                          p.grad.clone() for n, p in span.named_parameters()})
+    return tied_loss.item(), tied, per_visit
+
+
+def test_looped_tiny_moe_accumulates_shared_gradients_across_both_visits():
+    """One ``latch.repeat`` over layers 1-2 of a 4-layer mini TinyMoE (0,1,2,1,2,3), carry
+    (hidden, aux sum): Latch's gradient of every shared weight is the sum of its two visits'
+    gradients (float64 eager with the visits untied), not either visit alone; the layers
+    outside the loop and the embeddings match too."""
+    from models import make_looped_tiny_moe
+
+    model, example = make_looped_tiny_moe(seed=0)
+    assert model.loop == (1, 3, 2) and model.applications == 6
+    loss, got = _one_sgd_step_gradients(model, example)
+    ref_loss, tied, per_visit = _looped_moe_visit_gradients(model, example)
+    assert abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
+    shared = [n for n in tied if n.startswith(("layers.1.", "layers.2."))]
+    assert len(shared) == 16 and set(shared) == set(per_visit[0]) == set(per_visit[1])
+    for n in shared:
+        total = per_visit[0][n] + per_visit[1][n]
+        assert rel(total, tied[n]) <= 1e-12, n
+        assert rel(got[n], tied[n]) <= 1e-4, (n, rel(got[n], tied[n]))
+        # both visits matter: a program that kept one visit's gradient would fail
+        assert min(rel(got[n], per_visit[0][n]), rel(got[n], per_visit[1][n])) > 1e-2, n
+    for n in tied:
+        assert rel(got[n], tied[n]) <= 1e-4, (n, rel(got[n], tied[n]))
+
+
+def test_looped_tiny_moe_same_parameters_as_tiny_moe():
+    from models import LoopedTinyMoE, TinyMoE, make_looped_tiny_moe
+
+    model, (idx, tgt) = make_looped_tiny_moe(seed=0)
+    plain = TinyMoE(vocab=64, seq=16, n_layers=4)
+    plain.load_state_dict(model.state_dict())
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in plain.named_parameters()]
+    # eager: the looped model is the plain one with layers applied 0,1,2,1,2,3 and the aux
+    # loss averaged over the 6 applications
+    B, T = idx.shape
+    x = plain.tok(idx) + plain.pos(torch.arange(T))
+    aux = 0.0
+    for i in (0, 1, 2, 1, 2, 3):
+        x, a = plain.layers[i](x)
+        aux = aux + a
+    logits = plain.norm(x) @ plain.tok.weight.t()
+    want = F.cross_entropy(logits.reshape(B * T, -1), tgt.reshape(B * T)) + 0.01 * aux / 6
+    assert torch.allclose(model(idx, tgt), want, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="loop"):
+        LoopedTinyMoE(n_layers=4, loop=(2, 6, 2))
+
+
+def test_looped_tiny_moe_compiles_for_cuda():
+    """The cuda target unrolls both loops of the repeat (forward and reverse) into the
+    launch list: the manifest is sane and holds every parameter under its model name."""
+    from models import make_looped_tiny_moe
+
+    model, example = make_looped_tiny_moe(seed=0)
+    rule = optim.clip_grad_norm(0.5, optim.AdamW(1e-2, betas=(0.9, 0.95), weight_decay=0.1))
+    prog = latch.compile(model, rule, example, target="cuda")
+    m = prog.manifest
+    assert m["kind"] == "cuda-update" and m["launches"]
+    assert m["arena_bytes"] >= m["planned_arena_bytes"] > 0
+    params = dict(model.named_parameters())
+    assert m["param_names"] == list(params)
+    states = {s["name"]: s for s in m["states"]}
+    for n, p in params.items():
+        assert states[n]["kind"] == "param" and states[n]["shape"] == list(p.shape)
+        assert f"{n}.exp_avg" in states and f"{n}.exp_avg_sq" in states
+    assert [(o["shape"], o["dtype"]) for o in m["outputs"]] == [([], "f32")]
+    for launch in m["launches"]:
+        assert launch["module"] in m["modules"]
+        assert all(g >= 1 for g in launch["grid"] + launch["block"])
+        for loc in (a for a in launch["args"] if a["type"] == "ptr"):
+            if "arena" in loc:
+                assert 0 <= loc["arena"] < m["arena_bytes"]
+    assert len(m["modules"]) <= len(m["launches"])
+    for path in m["modules"].values():
+        assert prog.files[path].startswith(b"//") and b".entry" in prog.files[path]
+
+
+def test_repeat_carry_errors_name_what_was_passed():
+    torch.manual_seed(0)
+    blk = AuxBlock()
+    x = torch.randn(5, 8)
+
+    def compile_fn(fn):
+        return latch.compile(fn, None, (x,))
+
+    with pytest.raises(latch.LatchError, match=r"carry\[1\] is a float; a carry is a tensor, "
+                                               r"or a tuple/list/dict"):
+        compile_fn(lambda x: latch.repeat(blk, (x, 0.0), 2)[0])
+    with pytest.raises(latch.LatchError, match="holds no tensor"):
+        compile_fn(lambda x: latch.repeat(lambda c: c, (), 2) or x)
+    with pytest.raises(latch.LatchError,
+                       match=r"same structure as its input, \(torch.float32\[5, 8\], "
+                             r"torch.float32\[\]\); it returned \(torch.float32\[5, 8\], "
+                             r"torch.float32\[\], torch.float32\[\]\)"):
+        compile_fn(lambda x: latch.repeat(lambda c: (c[0], c[1], c[1]), (x, x.sum()), 2)[0])
+    with pytest.raises(latch.LatchError,
+                       match=r"changes carry\[1\] from torch.float32\[\] to torch.float32\[8\]"):
+        compile_fn(lambda x: latch.repeat(lambda c: (c[0], c[1] + c[0][0]), (x, x.sum()), 2)[0])
+    with pytest.raises(latch.LatchError, match="must return one tensor"):
+        compile_fn(lambda x: latch.repeat(lambda h: (h, h), x, 2))
+
+    class CountedLooped(LoopedAux):
+        def forward(self, x, y):
+            h, n = latch.repeat(lambda c: (self.block((c[0], c[0].sum()))[0], c[1] + 1),
+                                (self.pre(x), torch.zeros((), dtype=torch.int64)), 2)
+            return F.mse_loss(self.post(h), y)
+    with pytest.raises(latch.LatchError, match=r"carry\[1\] is a torch.int64 tensor.*"
+                                               r"floating-point"):
+        latch.compile(CountedLooped(), optim.SGD(0.1), (torch.randn(5, 6), torch.randn(5, 3)))
