@@ -55,10 +55,12 @@ def _median(r: dict):
 
 
 def latest_run(workload: str, pattern: str):
-    """(file name, {engine: record}) of the newest file with a Latch time for ``workload``."""
+    """(file name, {engine: record}) of the newest file with a Latch time for ``workload``
+    and a control's time measured in the same run (a Latch-only run is not a comparison)."""
     for path in sorted(glob.glob(os.path.join(RESULTS, pattern)), reverse=True):
         runs = {r.get("engine"): r for r in _records(path) if r.get("workload") == workload}
-        if "latch" in runs and _median(runs["latch"]) is not None:
+        if "latch" in runs and _median(runs["latch"]) is not None and \
+                any(e in runs and _median(runs[e]) for e in CONTROLS):
             return os.path.basename(path), runs
     return None, {}
 

@@ -28,7 +28,10 @@ compiled control as the size of bf16 noise), then times ``--iters`` further upda
 CUDA events (median, min, max).  Prints a table with ratios; writes
 bench/results/tinymoe_bench-<UTC>.json (and $OUT/) with records holding workload, engine,
 median_ms, min_ms, max_ms, gpu, torch, commit, date, plus kernels per update and arena
-bytes for Latch.
+bytes for Latch, and the update's work against the machine: the matmul FLOPs and optimizer
+bytes of one update (``update_work``), the bf16 matmul rate and copy bandwidth measured at
+the start of the same run (``measure_ceilings``), the resulting floor and each engine's
+fraction of it.
 """
 from __future__ import annotations
 
@@ -196,6 +199,51 @@ def child(engine: str, workload: str, args) -> dict:
     return out
 
 
+def update_work(batch: int, looped: bool = False) -> dict:
+    """FLOPs of one update's matmuls (forward + backward = 3x forward, as computed: dense
+    causal attention scores, experts over their full capacity) and the bytes of the AdamW
+    step's state traffic (read p, g, m, v; write p, m, v in fp32), from CONFIG."""
+    from tinymoe_model import CONFIG, N_PARAMS
+    d, T, V, E, k, h = (CONFIG[x] for x in ("d", "seq", "vocab", "n_experts", "top_k",
+                                             "hidden"))
+    layers = CONFIG["n_layers"] + (4 if looped else 0)
+    N = batch * T
+    C = -(-int(1.25 * N * k) // E)
+    per_layer = (2 * N * d * 3 * d + 2 * N * d * d          # qkv, attention out
+                 + 2 * 2 * batch * T * T * d                # scores and probs x values
+                 + 2 * N * d * E                            # router
+                 + E * C * (2 * 2 * d * h + 2 * h * d))     # experts w1, w3, w2
+    fwd = layers * per_layer + 2 * N * d * V                # + the tied LM head
+    return {"matmul_flop": 3 * fwd, "optimizer_bytes": 7 * 4 * N_PARAMS}
+
+
+def measure_ceilings() -> dict:
+    """bf16 matmul TFLOP/s (8192^3 torch.matmul) and copy bandwidth (2 GiB device to device,
+    read + write counted), measured here, in this run."""
+    import torch
+
+    def timed(fn, reps=10):
+        fn()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) / reps / 1e3
+    n = 8192
+    x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    tflops = 2 * n ** 3 / timed(lambda: x @ y) / 1e12
+    src = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    gbs = 2 * src.numel() / timed(lambda: dst.copy_(src)) / 1e9
+    del x, y, src, dst
+    torch.cuda.empty_cache()
+    return {"matmul_bf16_tflops": tflops, "copy_gbs": gbs}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", default="2,32")
@@ -222,6 +270,9 @@ def main() -> int:
            "torch": torch.__version__, "commit": os.environ.get("LATCH_COMMIT", "unknown"),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     print(json.dumps(env), flush=True)
+    ceilings = measure_ceilings()
+    print(f"ceilings measured in this run: bf16 matmul {ceilings['matmul_bf16_tflops']:.0f} "
+          f"TFLOP/s, copy {ceilings['copy_gbs']:.0f} GB/s", flush=True)
     records = []
     stamp = env["date"].replace(":", "").replace("-", "")
 
@@ -275,6 +326,17 @@ def main() -> int:
                       flush=True)
             save()
         ok = {e: r for e, r in got.items() if "median_ms" in r}
+        work = update_work(batch, looped)
+        floor_ms = 1e3 * (work["matmul_flop"] / (ceilings["matmul_bf16_tflops"] * 1e12)
+                          + work["optimizer_bytes"] / (ceilings["copy_gbs"] * 1e9))
+        for e, r in ok.items():
+            r.update(work, ceilings, floor_ms=floor_ms,
+                     fraction_of_ceilings=floor_ms / r["median_ms"],
+                     achieved_matmul_tflops=work["matmul_flop"] / (r["median_ms"] * 1e9))
+            print(f"{tag} {e:20s} {work['matmul_flop'] / 1e12:.2f} TFLOP of matmuls + "
+                  f"{work['optimizer_bytes'] / 1e9:.1f} GB of optimizer traffic: floor "
+                  f"{floor_ms:.2f} ms at the measured ceilings = "
+                  f"{100 * floor_ms / r['median_ms']:.1f}% of this engine's time", flush=True)
         if "latch" in ok:
             for e in ("torch-eager", "torch-compile-graph"):
                 if e in ok:

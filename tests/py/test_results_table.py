@@ -34,3 +34,24 @@ def test_a_failed_or_skipped_latch_run_is_not_a_result(tmp_path, monkeypatch):
     (tmp_path / "gradlev-20991231T000000Z.json").write_text(json.dumps([rec]))
     monkeypatch.setattr(results_table, "RESULTS", str(tmp_path))
     assert results_table.latest_run("gradlev", "gradlev-*.json") == (None, {})
+
+
+def test_a_latch_only_run_does_not_replace_the_comparison(tmp_path, monkeypatch):
+    both = [{"workload": "gradlev", "engine": "latch", "median_ms": 2.0},
+            {"workload": "gradlev", "engine": "torch-manual-graph", "median_ms": 10.0}]
+    (tmp_path / "gradlev-20990101T000000Z.json").write_text(json.dumps(both))
+    (tmp_path / "gradlev-20991231T000000Z.json").write_text(json.dumps(both[:1]))
+    monkeypatch.setattr(results_table, "RESULTS", str(tmp_path))
+    assert results_table.latest_run("gradlev", "gradlev-*.json")[0] == \
+        "gradlev-20990101T000000Z.json"
+
+
+def test_update_work_matches_workloads_md():
+    """WORKLOADS.md: B2 about 1.2 TFLOP, B32 about 19 TFLOP, about 5.5 GB of optimizer
+    traffic."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+    from tinymoe_bench_gpu import update_work
+    b2, b32 = update_work(2), update_work(32)
+    assert 1.1e12 < b2["matmul_flop"] < 1.4e12 and 18e12 < b32["matmul_flop"] < 22e12
+    assert abs(b2["optimizer_bytes"] - 5.5e9) < 0.1e9
+    assert update_work(32, looped=True)["matmul_flop"] > b32["matmul_flop"]
