@@ -596,8 +596,6 @@ class _ScanKernel:
 
     # -- build -------------------------------------------------------------------------------
     def build(self):
-        from mlir import ir
-
         lb, st, trips = self._trips()
         self._check_ops()
         values = self._memref_values()

@@ -186,7 +186,7 @@ def main(argv=None) -> int:
             # move with it, whatever the program)
             flips = [float((r != r64).any(-1).float().mean()) for r, r64 in zip(routes, routes64)]
             report["torch_bf16_routing_flips_per_layer"] = flips
-            print(f"torch bf16: tokens whose top-k experts differ from float64, per MoE layer: "
+            print("torch bf16: tokens whose top-k experts differ from float64, per MoE layer: "
                   + ", ".join(f"{f:.1%}" for f in flips), flush=True)
         elif engine == "latch":
             import latch
