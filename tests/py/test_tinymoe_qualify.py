@@ -48,3 +48,28 @@ def test_state_from_a_torch_checkpoint(tmp_path):
         assert torch.equal(a, b), n
     rc, rep = _run(tmp_path, "--state", str(path), "--engines", "torch")
     assert rep["step"] == 42 and "latch" not in rep["engines"]
+
+
+def test_state_from_a_latch_checkpoint(tmp_path):
+    """A Latch training state saved as a checkpoint (what train.py --engine latch writes)
+    is qualified at its own parameters and step."""
+    import latch
+    from latch import optim
+
+    model = qualify.build_model_for_test()
+    g = torch.Generator().manual_seed(7)
+    x = torch.randint(0, qualify.SYNTHETIC_VOCAB, (2, 64), generator=g)
+    y = torch.randint(0, qualify.SYNTHETIC_VOCAB, (2, 64), generator=g)
+    prog = latch.compile(model, optim.SGD(0.5), (x, y))
+    state = prog.init(model)
+    for _ in range(3):
+        prog.step(state, x, y)
+    path = tmp_path / "state-00000003.latchckpt"
+    state.save(path)
+    fresh = qualify.build_model_for_test()
+    assert qualify.load_parameters(fresh, str(path)) == 3
+    trained = state.parameters()
+    for n, p in fresh.named_parameters():
+        assert torch.equal(p.detach(), trained[n].reshape(p.shape)), n
+    assert not torch.equal(dict(fresh.named_parameters())["tok.weight"],
+                           dict(qualify.build_model_for_test().named_parameters())["tok.weight"])
