@@ -72,6 +72,24 @@ def timed(fn, reps, warmup):
             "reps": reps}
 
 
+def captured(fn, static_inputs, warmups: int):
+    """(graph, outputs): ``fn(*static_inputs)`` warmed up on a side stream, captured into
+    one CUDA graph and replayed once (the outputs are the graph's static outputs)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn(*static_inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*static_inputs)
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph, out
+
+
 def rel(x, ref):
     return float((x.double() - ref).norm() / ref.norm())
 
@@ -153,17 +171,7 @@ def main() -> int:
     def controls():
         log("timing torch-eager-graph (the loop in one CUDA graph)")
         static = tuple(t.clone() for t in x32)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                adapt(*static)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            gW, go = adapt(*static)
-        graph.replay()
-        torch.cuda.synchronize()
+        graph, (gW, go) = captured(adapt, static, warmups=2)
         log(f"  graph result vs latch: W {rel(gW, W.double()):.1e}")
         times["torch-eager-graph"] = timed(graph.replay, a.reps, 3)
         log(f"  {times['torch-eager-graph']}")
@@ -177,16 +185,7 @@ def main() -> int:
                 Wm = torch.baddbmm(Wm, err, k[t].unsqueeze(1), alpha=-ETA)       # rank-1
                 outs.append(torch.bmm(Wm, q[t].unsqueeze(-1)).squeeze(-1))
             return Wm, torch.stack(outs)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            manual(*static)
-        torch.cuda.current_stream().wait_stream(side)
-        mgraph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(mgraph):
-            mW, mo = manual(*static)
-        mgraph.replay()
-        torch.cuda.synchronize()
+        mgraph, (mW, mo) = captured(manual, static, warmups=1)
         log(f"  manual result vs float64 (full size): W {rel(mW, rW):.1e}, o {rel(mo, ro):.1e}")
         times["torch-manual-graph"] = timed(mgraph.replay, a.reps, 3)
         log(f"  {times['torch-manual-graph']}")

@@ -12,6 +12,7 @@ import torch
 
 from latch.errors import LatchError
 from latch.options import CompileOptions
+from latch.targets.cuda import CudaArtifactHandle
 
 
 class CompiledFunction:
@@ -150,37 +151,17 @@ def compile_cuda_function(fn, inputs, options: CompileOptions) -> "CudaFunctionH
     return CudaFunctionHandle(manifest, files, {k: round(v, 4) for k, v in times.items()})
 
 
-class CudaFunctionHandle:
+class CudaFunctionHandle(CudaArtifactHandle):
     """What ``latch.compile(fn, None, inputs, target="cuda")`` returns: the artifact in
-    memory.  ``save(path)`` writes it (byte-identical for identical inputs),
-    ``report()`` summarizes it, and calling it runs it through
-    :class:`latch.runtime.function.CudaFunction` when this process has a GPU (else a
-    :class:`LatchError` says how to run it elsewhere)."""
+    memory (``save``, ``report``); calling it runs it through
+    :class:`latch.runtime.function.CudaFunction` when this process has a GPU."""
 
-    def __init__(self, manifest: dict, files: dict[str, bytes], compile_seconds: dict):
-        self.manifest = manifest
-        self.files = files
-        self.compile_seconds = compile_seconds
-        self._runtime = None
+    NO_GPU = ("compiled for cuda; run it on a machine with a GPU: save(path), then "
+              "latch.load(path) or latch.runtime.function.CudaFunction.load(path) there")
 
-    def save(self, path) -> None:
-        from latch.artifact import write_artifact
-        write_artifact(path, self.manifest, self.files)
-
-    def runtime(self):
-        if self._runtime is None:
-            ok = False
-            try:
-                ok = torch.cuda.is_available()
-            except Exception:  # noqa: BLE001
-                ok = False
-            if not ok:
-                raise LatchError("compiled for cuda; run it on a machine with a GPU: "
-                                 "save(path), then latch.load(path) or "
-                                 "latch.runtime.function.CudaFunction.load(path) there")
-            from latch.runtime.function import CudaFunction
-            self._runtime = CudaFunction(self.manifest, self.files)
-        return self._runtime
+    def _load_runtime(self):
+        from latch.runtime.function import CudaFunction
+        return CudaFunction(self.manifest, self.files)
 
     def __call__(self, *tensors):
         return self.runtime()(*tensors)

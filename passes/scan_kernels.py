@@ -62,7 +62,7 @@ import math
 from latch.errors import PassError
 from latch.passes.base import (ModulePass, defining_op, function_definitions, has_parallel_work,
                                int_constant)
-from latch.passes.generic_body import accumulation, compare, index_constant
+from latch.passes.generic_body import accumulation, compare, delinearize, index_constant
 
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
 _PURE = ("arith.", "math.", "index.")
@@ -944,23 +944,15 @@ class _Emitter:
 
     def split(self, linear, counts):
         """Linear index -> per-dimension indices (last dimension fastest)."""
-        from mlir import ir
-        index = ir.IndexType.get()
         out = [0] * len(counts)
         if isinstance(linear, int):
             for k in reversed(range(len(counts))):
                 out[k] = linear % counts[k]
                 linear //= counts[k]
             return out
-        rest = linear
-        live = [k for k, c in enumerate(counts) if c > 1]
-        for n, k in enumerate(reversed(live)):
-            if n == len(live) - 1:
-                out[k] = rest
-                break
-            c = index_constant(counts[k])
-            out[k] = ir.Operation.create("arith.remui", [index], [rest, c]).result
-            rest = ir.Operation.create("arith.divui", [index], [rest, c]).result
+        # the dimensions of extent 1 keep index 0; the others split the linear index
+        delinearize(linear, [k for k in reversed(range(len(counts))) if counts[k] > 1],
+                    counts, out)
         return out
 
     # element copy between two accesses over the (per-block) shape of ``value``

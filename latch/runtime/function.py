@@ -22,7 +22,8 @@ import time
 
 from latch.errors import LatchError
 from latch.runtime import driver as drv
-from latch.runtime.program import _Buffer, _Launch, open_device, torch_dtype
+from latch.runtime.program import (_Buffer, make_launches, open_device,
+                                   resolve_location, torch_dtype)
 
 KIND = "cuda-function"
 
@@ -60,19 +61,7 @@ class CudaFunction:
                                for i, s in enumerate(self.outputs_spec)]
         self.torch_stream = torch.cuda.Stream(device=self.torch_device)
         self.stream = drv.Stream(dev, handle=self.torch_stream.cuda_stream)
-        self.launches = []
-        for ls in manifest["launches"]:
-            module = self.modules.get(ls["module"])
-            if module is None:
-                raise LatchError(f"launch of unknown kernel module {ls['module']!r}")
-            fn = module.function(ls["kernel"])
-            shared = int(ls.get("shared_bytes", 0))
-            if shared > 48 * 1024:
-                d = drv.driver()
-                drv.call("cuFuncSetAttribute", fn,
-                         d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                         shared, what=ls["module"])
-            self.launches.append(_Launch(ls, fn, self._resolve))
+        self.launches = make_launches(manifest["launches"], self.modules, self._resolve)
         # results that are not computed in place: copied into the output buffers
         self.copies = [(self._resolve(c["src"]), self._resolve(c["dst"]), int(c["bytes"]))
                        for c in manifest.get("copies", [])]
@@ -88,19 +77,8 @@ class CudaFunction:
         return cls(manifest, files, device=device, use_graph=use_graph)
 
     def _resolve(self, loc: dict) -> int:
-        off = int(loc.get("byte_offset", 0))
-        if "arena" in loc:
-            if int(loc["arena"]) >= max(1, self.arena.nbytes):
-                raise LatchError(f"arena offset {loc['arena']} outside the arena "
-                                 f"({self.arena.nbytes} bytes)")
-            return self.arena.ptr + int(loc["arena"]) + off
-        for key, bufs in (("input", self.input_buffers), ("output", self.output_buffers)):
-            if key in loc:
-                i = int(loc[key])
-                if not 0 <= i < len(bufs):
-                    raise LatchError(f"manifest refers to {key} {i}; there are {len(bufs)}")
-                return bufs[i].ptr + off
-        raise LatchError(f"manifest location {loc} names no buffer of a function")
+        return resolve_location(loc, self.arena, {"input": self.input_buffers,
+                                                  "output": self.output_buffers})
 
     def check_inputs(self, tensors) -> list:
         import torch

@@ -242,20 +242,9 @@ class CudaProgram:
 
     # -- addresses ----------------------------------------------------------------------------
     def _resolve(self, loc: dict) -> int:
-        off = int(loc.get("byte_offset", 0))
-        if "arena" in loc:
-            if int(loc["arena"]) >= max(1, self.arena.nbytes):
-                raise LatchError(f"arena offset {loc['arena']} outside the arena "
-                                 f"({self.arena.nbytes} bytes)")
-            return self.arena.ptr + int(loc["arena"]) + off
-        for key, bufs in (("state", self.state_buffers), ("input", self.input_buffers),
-                          ("output", self.output_buffers)):
-            if key in loc:
-                i = int(loc[key])
-                if not 0 <= i < len(bufs):
-                    raise LatchError(f"manifest refers to {key} {i}; there are {len(bufs)}")
-                return bufs[i].ptr + off
-        raise LatchError(f"manifest location {loc} names no buffer")
+        return resolve_location(loc, self.arena, {"state": self.state_buffers,
+                                                  "input": self.input_buffers,
+                                                  "output": self.output_buffers})
 
     # -- state --------------------------------------------------------------------------------
     def state_views(self) -> dict:
@@ -469,19 +458,7 @@ class _Variant:
     def __init__(self, prog: "CudaProgram", spec: dict, process_group=None):
         self.prog = prog
         self.when = list(spec.get("when", []))
-        self.launches = []
-        for ls in spec["launches"]:
-            module = prog.modules.get(ls["module"])
-            if module is None:
-                raise LatchError(f"launch of unknown kernel module {ls['module']!r}")
-            fn = module.function(ls["kernel"])
-            shared = int(ls.get("shared_bytes", 0))
-            if shared > 48 * 1024:
-                d = drv.driver()
-                drv.call("cuFuncSetAttribute", fn,
-                         d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                         shared, what=ls["module"])
-            self.launches.append(_Launch(ls, fn, prog._resolve))
+        self.launches = make_launches(spec["launches"], prog.modules, prog._resolve)
         self.copies = [(prog._resolve(c["src"]), prog._resolve(c["dst"]), int(c["bytes"]))
                        for c in spec.get("copies", []) if "state" not in c["dst"]]
         self._setup_guard({**prog.manifest, "copies": spec.get("copies", [])})
@@ -603,6 +580,45 @@ class CudaTrainingState:
 
     def __repr__(self) -> str:
         return f"CudaTrainingState(step={self.step}, {len(self.program.states_spec)} tensors)"
+
+
+def resolve_location(loc: dict, arena, buffers: dict) -> int:
+    """The device address of a manifest location: ``{"arena": offset}`` in ``arena``, or
+    ``{kind: i}`` for the i-th of ``buffers[kind]`` (state/input/output), plus any
+    ``byte_offset``; a location naming nothing that exists is a LatchError."""
+    off = int(loc.get("byte_offset", 0))
+    if "arena" in loc:
+        if int(loc["arena"]) >= max(1, arena.nbytes):
+            raise LatchError(f"arena offset {loc['arena']} outside the arena "
+                             f"({arena.nbytes} bytes)")
+        return arena.ptr + int(loc["arena"]) + off
+    for key, bufs in buffers.items():
+        if key in loc:
+            i = int(loc[key])
+            if not 0 <= i < len(bufs):
+                raise LatchError(f"manifest refers to {key} {i}; there are {len(bufs)}")
+            return bufs[i].ptr + off
+    raise LatchError(f"manifest location {loc} names no buffer of this artifact "
+                     f"(it has {', '.join(['arena', *buffers])})")
+
+
+def make_launches(specs: list[dict], modules: dict, resolve) -> list["_Launch"]:
+    """The launch objects of a manifest launch list: each kernel looked up in its loaded
+    module, dynamic shared memory above 48 KiB opted into."""
+    launches = []
+    for ls in specs:
+        module = modules.get(ls["module"])
+        if module is None:
+            raise LatchError(f"launch of unknown kernel module {ls['module']!r}")
+        fn = module.function(ls["kernel"])
+        shared = int(ls.get("shared_bytes", 0))
+        if shared > 48 * 1024:
+            d = drv.driver()
+            drv.call("cuFuncSetAttribute", fn,
+                     d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                     shared, what=ls["module"])
+        launches.append(_Launch(ls, fn, resolve))
+    return launches
 
 
 def open_device(manifest: dict, files: dict[str, bytes], device: int | None):

@@ -198,17 +198,12 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_9
     """Run the cuda stages on ``module`` (an ``mlir.ir.Module``, changed in place).
     Returns (schedule, {gpu.module name: PTX}, kernels-stage IR text).  ``times`` (optional)
     receives the seconds of each stage."""
-    import time
-
     from latch.passes.extract_launches import extract_launch_schedule
 
     times = {} if times is None else times
 
     def timed(name, fn, *args):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        times[name] = times.get(name, 0.0) + time.perf_counter() - t0
-        return out
+        return _timed(times, name, fn, *args)
 
     stage = _stage_of(module)
     if stage == "latch":
@@ -238,14 +233,7 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_9
                  for e in entries]
     schedule = schedules[0]
     schedule["buffer_bytes"] = buffer_bytes
-    canonical = _identical_kernel_modules(kernels_ir)
-    for sch in schedules:
-        for launch in sch["launches"]:
-            if launch["module"] in canonical:
-                first, kernel, own = canonical[launch["module"]]
-                if launch["kernel"] == own and kernel is not None:
-                    launch["kernel"] = kernel
-                launch["module"] = first
+    _share_identical_kernels(kernels_ir, schedules)
     if found:
         # the update variants share states, inputs, outputs, modules and the arena (the
         # largest plan); the manifest's own launch list is the first variant's
@@ -262,13 +250,43 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_9
                                  "input or output layout")
         schedule["arena_bytes"] = max(sch["arena_bytes"] for sch in schedules)
         schedule["planned_arena_bytes"] = max(sch["planned_arena_bytes"] for sch in schedules)
+    ptx = timed("latch-kernels-to-ptx", _launched_ptx, module, schedules, chip, features,
+                opt_level)
+    return schedule, ptx, kernels_ir
+
+
+def _timed(times: dict, name: str, fn, *args):
+    """``fn(*args)``, its seconds added to ``times[name]``."""
+    import time
+
+    t0 = time.perf_counter()
+    out = fn(*args)
+    times[name] = times.get(name, 0.0) + time.perf_counter() - t0
+    return out
+
+
+def _share_identical_kernels(kernels_ir: str, schedules: list[dict]) -> None:
+    """Point every launch of a kernel module identical to an earlier one (up to the kernel's
+    name) at that earlier module, so that it is shipped once."""
+    canonical = _identical_kernel_modules(kernels_ir)
+    for sch in schedules:
+        for launch in sch["launches"]:
+            if launch["module"] in canonical:
+                first, kernel, own = canonical[launch["module"]]
+                if launch["kernel"] == own and kernel is not None:
+                    launch["kernel"] = kernel
+                launch["module"] = first
+
+
+def _launched_ptx(module, schedules: list[dict], chip: str, features: str,
+                  opt_level: int) -> dict[str, str]:
+    """{module name: PTX} of the kernel modules the schedules launch, each serialized once."""
     wanted = {launch["module"] for sch in schedules for launch in sch["launches"]}
-    ptx = timed("latch-kernels-to-ptx", serialize_kernels, module, chip, features, opt_level,
-                wanted)
+    ptx = serialize_kernels(module, chip, features, opt_level, wanted)
     missing = wanted - set(ptx)
     if missing:
         raise LatchError(f"cuda target: no PTX for kernel modules {sorted(missing)}")
-    return schedule, {k: v for k, v in ptx.items() if k in wanted}, kernels_ir
+    return {k: v for k, v in ptx.items() if k in wanted}
 
 
 def _drop_dead_functions(module, entry) -> None:
@@ -339,29 +357,38 @@ def _entry_attr(module, entry, attr: str) -> int:
 def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
                    kernels_ir: str, chip: str, features: str, block: str,
                    opt_level: int) -> tuple[dict, dict[str, bytes]]:
+    manifest, files = _manifest_core(MANIFEST_KIND, schedule, ptx, source_text=source_text,
+                                     kernels_ir=kernels_ir, chip=chip, features=features)
+    manifest.update(
+        states=schedule["states"],
+        **({"collectives": schedule["collectives"]} if schedule.get("collectives") else {}),
+        **({"variants": schedule["variants"]} if schedule.get("variants") else {}),
+        build={"block": block, "opt_level": opt_level,
+               "stages": ["latch-lower-rules", "latch-specialize-every", "latch-bufferize",
+                          "latch-wrap-host-compute", f"latch-form-kernels{{block={block}}}",
+                          kernels_to_ptx_pipeline(chip, features, opt_level)]})
+    return manifest, files
+
+
+def _manifest_core(kind: str, schedule: dict, ptx: dict[str, str], *, source_text: str,
+                   kernels_ir: str, chip: str, features: str) -> tuple[dict, dict[str, bytes]]:
+    """What every cuda artifact's manifest holds (the kind, target, arena, layout of inputs
+    and outputs, modules, launch list, copies, ABI and IR hashes) and its PTX files."""
     files = {f"kernels/{name}.ptx": text.encode() for name, text in sorted(ptx.items())}
     manifest = {
-        "kind": MANIFEST_KIND,
+        "kind": kind,
         "manifest_version": MANIFEST_VERSION,
         "target": {"name": "cuda", "chip": chip, "features": features},
         "entry": schedule["entry"],
         "arena_bytes": schedule["arena_bytes"],
         "planned_arena_bytes": schedule["planned_arena_bytes"],
         "alignment": schedule["alignment"],
-        "states": schedule["states"],
         "inputs": schedule["inputs"],
         "outputs": schedule["outputs"],
         "modules": {name: f"kernels/{name}.ptx" for name in sorted(ptx)},
         "launches": schedule["launches"],
         "copies": schedule["copies"],
-        **({"collectives": schedule["collectives"]} if schedule.get("collectives") else {}),
-        **({"variants": schedule["variants"]} if schedule.get("variants") else {}),
         "abi": {"kernel_args": "bare-ptr", "index": "i64"},
-        "build": {"block": block, "opt_level": opt_level,
-                  "stages": ["latch-lower-rules", "latch-specialize-every", "latch-bufferize",
-                             "latch-wrap-host-compute",
-                             f"latch-form-kernels{{block={block}}}",
-                             kernels_to_ptx_pipeline(chip, features, opt_level)]},
         "ir_sha256": {"source": hashlib.sha256(source_text.encode()).hexdigest(),
                       "kernels": hashlib.sha256(kernels_ir.encode()).hexdigest()},
     }
@@ -473,13 +500,13 @@ def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
     return CudaProgramHandle(manifest, files, {k: round(v, 4) for k, v in timer.times.items()})
 
 
-class CudaProgramHandle:
-    """What ``latch.compile(..., target="cuda")`` returns: the artifact in memory.
+class CudaArtifactHandle:
+    """A compiled cuda artifact in memory (manifest + PTX files): ``save(path)`` writes the
+    ``.latch`` file (byte-identical for identical inputs: no timings in it); ``runtime()``
+    loads it through :mod:`latch.runtime` when this process has a GPU and raises a
+    :class:`LatchError` saying where to run it otherwise."""
 
-    ``save(path)`` writes the ``.latch`` file (byte-identical for identical inputs: no
-    timings in it); ``report()`` summarizes it; ``manifest`` is the runtime's contract.
-    ``init``/``step`` run it through :mod:`latch.runtime` when this process has a GPU and
-    raise a :class:`LatchError` otherwise."""
+    NO_GPU = NO_GPU_MESSAGE
 
     def __init__(self, manifest: dict, files: dict[str, bytes], compile_seconds: dict):
         self.manifest = manifest
@@ -491,8 +518,11 @@ class CudaProgramHandle:
         from latch.artifact import write_artifact
         write_artifact(path, self.manifest, self.files)
 
+    def _load_runtime(self):
+        raise NotImplementedError
+
     def runtime(self):
-        """The :class:`latch.runtime.program.CudaProgram` of this artifact (loads it)."""
+        """The runtime object of this artifact (loaded on first use)."""
         if self._runtime is None:
             try:
                 import torch
@@ -500,10 +530,19 @@ class CudaProgramHandle:
             except Exception:  # noqa: BLE001
                 ok = False
             if not ok:
-                raise LatchError(NO_GPU_MESSAGE)
-            from latch.runtime.program import CudaProgram
-            self._runtime = CudaProgram(self.manifest, self.files)
+                raise LatchError(self.NO_GPU)
+            self._runtime = self._load_runtime()
         return self._runtime
+
+
+class CudaProgramHandle(CudaArtifactHandle):
+    """What ``latch.compile(..., target="cuda")`` returns: the artifact in memory.
+    ``report()`` summarizes it; ``manifest`` is the runtime's contract; ``init``/``step`` run
+    it through :class:`latch.runtime.program.CudaProgram` when this process has a GPU."""
+
+    def _load_runtime(self):
+        from latch.runtime.program import CudaProgram
+        return CudaProgram(self.manifest, self.files)
 
     def init(self, model):
         return self.runtime().init(model)
@@ -561,17 +600,12 @@ def compile_function_module(module, *, entry: str = "main", chip: str = "sm_90",
     memory, ``latch-form-scan-kernels`` (each scan loop → one kernel that keeps its carry
     in workgroup memory; no unrolling of host loops), then the same kernel formation,
     launch schedule and PTX as an update.  Returns (schedule, {module: PTX}, kernels IR)."""
-    import time
-
     from latch.passes.extract_launches import extract_launch_schedule
 
     times = {} if times is None else times
 
     def timed(name, fn, *args):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        times[name] = times.get(name, 0.0) + time.perf_counter() - t0
-        return out
+        return _timed(times, name, fn, *args)
 
     if _stage_of(module) != "tensors":
         raise LatchError("cuda target: a function must be given as linalg on tensors")
@@ -587,20 +621,10 @@ def compile_function_module(module, *, entry: str = "main", chip: str = "sm_90",
     schedule = timed("schedule", extract_launch_schedule, module.operation, entry)
     if schedule["states"]:
         raise LatchError("cuda target: a function has no state")
-    canonical = _identical_kernel_modules(kernels_ir)
-    for launch in schedule["launches"]:
-        if launch["module"] in canonical:
-            first, kernel, own = canonical[launch["module"]]
-            if launch["kernel"] == own and kernel is not None:
-                launch["kernel"] = kernel
-            launch["module"] = first
-    wanted = {launch["module"] for launch in schedule["launches"]}
-    ptx = timed("latch-kernels-to-ptx", serialize_kernels, module, chip, features, opt_level,
-                wanted)
-    missing = wanted - set(ptx)
-    if missing:
-        raise LatchError(f"cuda target: no PTX for kernel modules {sorted(missing)}")
-    return schedule, {k: v for k, v in ptx.items() if k in wanted}, kernels_ir
+    _share_identical_kernels(kernels_ir, [schedule])
+    ptx = timed("latch-kernels-to-ptx", _launched_ptx, module, [schedule], chip, features,
+                opt_level)
+    return schedule, ptx, kernels_ir
 
 
 def build_function_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
@@ -608,28 +632,13 @@ def build_function_manifest(schedule: dict, ptx: dict[str, str], *, source_text:
                             opt_level: int, scan_threads: int,
                             out_tree: str | None = None) -> tuple[dict, dict[str, bytes]]:
     """The ``cuda-function`` artifact: like an update's, without states or guard."""
-    files = {f"kernels/{name}.ptx": text.encode() for name, text in sorted(ptx.items())}
-    manifest = {
-        "kind": FUNCTION_KIND,
-        "manifest_version": MANIFEST_VERSION,
-        "target": {"name": "cuda", "chip": chip, "features": features},
-        "entry": schedule["entry"],
-        "arena_bytes": schedule["arena_bytes"],
-        "planned_arena_bytes": schedule["planned_arena_bytes"],
-        "alignment": schedule["alignment"],
-        "inputs": schedule["inputs"],
-        "outputs": schedule["outputs"],
-        "modules": {name: f"kernels/{name}.ptx" for name in sorted(ptx)},
-        "launches": schedule["launches"],
-        "copies": schedule["copies"],
-        "abi": {"kernel_args": "bare-ptr", "index": "i64"},
-        "build": {"block": block, "opt_level": opt_level, "scan_threads": scan_threads,
-                  "stages": ["latch-bufferize", f"latch-form-scan-kernels{{threads={scan_threads}}}",
-                             f"latch-form-kernels{{block={block}}}",
-                             kernels_to_ptx_pipeline(chip, features, opt_level)]},
-        "ir_sha256": {"source": hashlib.sha256(source_text.encode()).hexdigest(),
-                      "kernels": hashlib.sha256(kernels_ir.encode()).hexdigest()},
-    }
+    manifest, files = _manifest_core(FUNCTION_KIND, schedule, ptx, source_text=source_text,
+                                     kernels_ir=kernels_ir, chip=chip, features=features)
+    manifest["build"] = {
+        "block": block, "opt_level": opt_level, "scan_threads": scan_threads,
+        "stages": ["latch-bufferize", f"latch-form-scan-kernels{{threads={scan_threads}}}",
+                   f"latch-form-kernels{{block={block}}}",
+                   kernels_to_ptx_pipeline(chip, features, opt_level)]}
     if out_tree is not None:
         manifest["out_tree"] = out_tree
     return json.loads(json.dumps(manifest)), files

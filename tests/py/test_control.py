@@ -256,6 +256,22 @@ def test_repeat_training_trace_has_one_forward_and_one_backward_node():
     assert text.count('"scf.for"') == 2
 
 
+def _train_against_fp64(prog, model, ref, opt, batches):
+    """Train ``prog`` (from ``model``) and the float64 ``ref`` with ``opt`` on ``batches``:
+    every loss and, at the end, every parameter within 1e-5."""
+    state = prog.init(model)
+    for x, y in batches:
+        loss = prog.step(state, x, y)
+        opt.zero_grad()
+        ref_loss = ref(x.double(), y.double())
+        ref_loss.backward()
+        opt.step()
+        assert abs(loss - ref_loss.item()) / abs(ref_loss.item()) <= 1e-5
+    got = state.parameters()
+    for n, p in ref.named_parameters():
+        assert rel(got[n], p.detach()) <= 1e-5, (n, rel(got[n], p.detach()))
+
+
 @pytest.mark.parametrize("rule_name", ["sgd", "adamw"])
 def test_repeat_training_matches_fp64(rule_name):
     model, example = _looped()
@@ -269,17 +285,7 @@ def test_repeat_training_matches_fp64(rule_name):
         ref = copy.deepcopy(model).double()
         opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     prog = latch.compile(model, rule, example)
-    state = prog.init(model)
-    for x, y in batches:
-        loss = prog.step(state, x, y)
-        opt.zero_grad()
-        ref_loss = ref(x.double(), y.double())
-        ref_loss.backward()
-        opt.step()
-        assert abs(loss - ref_loss.item()) / abs(ref_loss.item()) <= 1e-5
-    got = state.parameters()
-    for n, p in ref.named_parameters():
-        assert rel(got[n], p.detach()) <= 1e-5, (n, rel(got[n], p.detach()))
+    _train_against_fp64(prog, model, ref, opt, batches)
 
 
 def test_scan_in_trained_model_is_unsupported():
@@ -398,17 +404,7 @@ def test_repeat_tuple_carry_training_matches_fp64(rule_name):
     traced = trace_loss_and_grads(model, batches[0])
     assert import_to_linalg(traced, "loss_and_grads").count('"scf.for"') == 2
     prog = latch.compile(model, rule, batches[0])
-    state = prog.init(model)
-    for x, y in batches:
-        loss = prog.step(state, x, y)
-        opt.zero_grad()
-        ref_loss = ref(x.double(), y.double())
-        ref_loss.backward()
-        opt.step()
-        assert abs(loss - ref_loss.item()) / abs(ref_loss.item()) <= 1e-5
-    got = state.parameters()
-    for n, p in ref.named_parameters():
-        assert rel(got[n], p.detach()) <= 1e-5, (n, rel(got[n], p.detach()))
+    _train_against_fp64(prog, model, ref, opt, batches)
 
 
 def _one_sgd_step_gradients(model, example):

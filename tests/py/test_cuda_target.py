@@ -969,3 +969,36 @@ def test_every_matmul_of_the_mlp_is_a_contraction_kernel(precision, instruction)
         ptx = prog.files[prog.manifest["modules"][la["module"]]].decode()
         assert instruction in ptx, la["module"]
         assert "tf32" not in ptx
+
+
+def test_runtime_resolves_locations_and_builds_launches_without_a_gpu():
+    """The address arithmetic shared by cuda programs and cuda functions: arena offsets,
+    numbered buffers, byte offsets, and named errors for anything outside them."""
+    import types
+
+    import numpy as np
+
+    from latch.errors import LatchError
+    from latch.runtime.program import make_launches, resolve_location
+
+    arena = types.SimpleNamespace(ptr=1000, nbytes=64)
+    bufs = {"input": [types.SimpleNamespace(ptr=5000)],
+            "output": [types.SimpleNamespace(ptr=7000), types.SimpleNamespace(ptr=8000)]}
+    assert resolve_location({"arena": 16}, arena, bufs) == 1016
+    assert resolve_location({"output": 1, "byte_offset": 4}, arena, bufs) == 8004
+    with pytest.raises(LatchError, match="outside the arena"):
+        resolve_location({"arena": 64}, arena, bufs)
+    with pytest.raises(LatchError, match="output 2; there are 2"):
+        resolve_location({"output": 2}, arena, bufs)
+    with pytest.raises(LatchError, match="names no buffer of this artifact"):
+        resolve_location({"state": 0}, arena, bufs)
+
+    module = types.SimpleNamespace(function=lambda name: f"fn:{name}")
+    spec = {"module": "m", "kernel": "k", "grid": [1, 1, 1], "block": [32, 1, 1],
+            "args": [{"arena": 8, "type": "ptr"}, {"const": 3, "type": "i64"}]}
+    (launch,) = make_launches([spec], {"m": module},
+                              lambda loc: resolve_location(loc, arena, bufs))
+    assert launch.function == "fn:k"
+    assert list(launch.storage[:2]) == [np.uint64(1008), np.uint64(3)]
+    with pytest.raises(LatchError, match="unknown kernel module 'x'"):
+        make_launches([dict(spec, module="x")], {"m": module}, lambda loc: 0)
