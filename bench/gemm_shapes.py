@@ -5,8 +5,9 @@
     LATCH_COMMIT=$(git rev-parse HEAD) PYTHONPATH=. python bench/gemm_shapes.py run  # GPU
 
 ``build`` writes one artifact per shape (bench/artifacts/gemm/<shape>.latch): a function
-``c = a @ b`` on tensors (``linalg.matmul`` / ``linalg.batch_matmul`` with bf16 inputs and
-an f32 result, what ``precision="bf16"`` produces) compiled for the cuda target; its
+``c = a @ b`` on tensors (a ``linalg.generic`` contraction with bf16 inputs and
+an f32 result, what ``precision="bf16"`` produces; the operands stored as the model's
+products store them, see ``SHAPES``) compiled for the cuda target; its
 contraction launch is the kernel measured.  ``run`` checks each kernel's result against
 ``torch.matmul`` in float32 of the same bf16 inputs (relative L2), times the contraction
 launch alone with CUDA events (median of ``--iters``) and ``torch.matmul`` on bf16 tensors
@@ -29,35 +30,60 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 ART = os.path.join(ROOT, "bench", "artifacts", "gemm")
-# name -> (batch or None, M, K, N)
+# name -> (batch or None, M, K, N, layout); layout: how a and b are stored, as the model's
+# products store them — "nt": a [M, K], b [N, K] (x @ W^T, a forward: both contiguous along
+# k); "nn": b [K, N] (an input gradient dy @ W); "tn": a [K, M] (a weight gradient
+# dy^T @ x: both contiguous along their rows, the tokens are k)
 SHAPES = {
-    "qkv": (None, 32768, 768, 2304),
-    "attn_out": (None, 32768, 768, 768),
-    "expert_w1": (8, 10240, 768, 1024),
-    "expert_w2": (8, 10240, 1024, 768),
-    "lm_head": (None, 32768, 768, 32768),
-    "lm_head_dgrad": (None, 32768, 32768, 768),
+    "qkv": (None, 32768, 768, 2304, "nt"),
+    "attn_out": (None, 32768, 768, 768, "nt"),
+    "expert_w1": (8, 10240, 768, 1024, "nn"),
+    "expert_w2": (8, 10240, 1024, 768, "nn"),
+    "lm_head": (None, 32768, 768, 32768, "nt"),
+    "lm_head_dgrad": (None, 32768, 32768, 768, "nn"),
+    "qkv_dgrad": (None, 32768, 2304, 768, "nn"),
+    "qkv_wgrad": (None, 2304, 32768, 768, "tn"),
     # B2 (2 x 1024 tokens) shapes whose output tiles alone cannot fill the GPU: split-K
-    "b2_router_wgrad": (None, 768, 2048, 8),
-    "b2_attn_out_wgrad": (None, 768, 2048, 768),
-    "b2_qkv_wgrad": (None, 768, 2048, 2304),
-    "b2_lm_head_dgrad": (None, 2048, 32768, 768),
+    "b2_router_wgrad": (None, 768, 2048, 8, "tn"),
+    "b2_attn_out_wgrad": (None, 768, 2048, 768, "tn"),
+    "b2_qkv_wgrad": (None, 768, 2048, 2304, "tn"),
+    "b2_lm_head_dgrad": (None, 2048, 32768, 768, "nn"),
 }
 
 
-def mlir_text(batch, m, k, n) -> str:
-    if batch is None:
-        a, b, c = f"{m}x{k}", f"{k}x{n}", f"{m}x{n}"
-        op = "linalg.matmul"
-    else:
-        a, b, c = f"{batch}x{m}x{k}", f"{batch}x{k}x{n}", f"{batch}x{m}x{n}"
-        op = "linalg.batch_matmul"
-    return f"""func.func @gemm(%a: tensor<{a}xbf16>, %b: tensor<{b}xbf16>) -> tensor<{c}xf32> {{
+def stored_shapes(batch, m, k, n, layout) -> tuple[tuple, tuple]:
+    lead = () if batch is None else (batch,)
+    a = (k, m) if layout == "tn" else (m, k)
+    b = (n, k) if layout == "nt" else (k, n)
+    return lead + a, lead + b
+
+
+def mlir_text(batch, m, k, n, layout="nn") -> str:
+    """``c = a @ b`` (a and b stored as ``layout`` says) as a linalg.generic on tensors."""
+    sa, sb = stored_shapes(batch, m, k, n, layout)
+    lead = "" if batch is None else "b, "
+    dims = f"({lead}m, n, k)"
+    ma = f"{dims} -> ({lead}{'k, m' if layout == 'tn' else 'm, k'})"
+    mb = f"{dims} -> ({lead}{'n, k' if layout == 'nt' else 'k, n'})"
+    mc = f"{dims} -> ({lead}m, n)"
+    its = ('"parallel", ' if batch else "") + '"parallel", "parallel", "reduction"'
+    ta, tb = ("x".join(map(str, x)) for x in (sa, sb))
+    tc = "x".join(map(str, (() if batch is None else (batch,)) + (m, n)))
+    return f"""func.func @gemm(%a: tensor<{ta}xbf16>, %b: tensor<{tb}xbf16>) -> tensor<{tc}xf32> {{
   %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<{c}xf32>
-  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<{c}xf32>) -> tensor<{c}xf32>
-  %r = {op} ins(%a, %b : tensor<{a}xbf16>, tensor<{b}xbf16>) outs(%z : tensor<{c}xf32>) -> tensor<{c}xf32>
-  return %r : tensor<{c}xf32>
+  %e = tensor.empty() : tensor<{tc}xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<{tc}xf32>) -> tensor<{tc}xf32>
+  %r = linalg.generic {{indexing_maps = [affine_map<{ma}>, affine_map<{mb}>, affine_map<{mc}>],
+                       iterator_types = [{its}]}}
+      ins(%a, %b : tensor<{ta}xbf16>, tensor<{tb}xbf16>) outs(%z : tensor<{tc}xf32>) {{
+  ^bb0(%x: bf16, %y: bf16, %acc: f32):
+    %xe = arith.extf %x : bf16 to f32
+    %ye = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xe, %ye : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }} -> tensor<{tc}xf32>
+  return %r : tensor<{tc}xf32>
 }}
 """
 
@@ -104,16 +130,20 @@ def run(only, iters: int) -> int:
         times = times[3:]
         return statistics.median(times), min(times), max(times)
 
-    for name, (batch, m, k, n) in SHAPES.items():
+    for name, (batch, m, k, n, layout) in SHAPES.items():
         if only and name not in only:
             continue
         flop = 2.0 * (batch or 1) * m * n * k
-        lead = () if batch is None else (batch,)
-        a = torch.randn(*lead, m, k, device="cuda", generator=gen).bfloat16()
-        b = (torch.randn(*lead, k, n, device="cuda", generator=gen) / k ** 0.5).bfloat16()
+        sa, sb = stored_shapes(batch, m, k, n, layout)
+        a = torch.randn(*sa, device="cuda", generator=gen).bfloat16()
+        b = (torch.randn(*sb, device="cuda", generator=gen) / k ** 0.5).bfloat16()
+        # the product's operands as torch.matmul takes them (transposed views: cuBLAS
+        # reads the stored layout as it is)
+        ma = a.transpose(-1, -2) if layout == "tn" else a
+        mb = b.transpose(-1, -2) if layout == "nt" else b
         prog = latch.load(os.path.join(ART, f"{name}.latch"))
         out = prog(a, b)
-        ref = torch.matmul(a.float(), b.float())
+        ref = torch.matmul(ma.float(), mb.float())
         err = float((out - ref).norm() / ref.norm())
         del ref, out
         first = next(i for i, la in enumerate(prog.launches)
@@ -125,8 +155,8 @@ def run(only, iters: int) -> int:
                 la.enqueue(prog.stream)
 
         ours = timed(enqueue_contraction, prog.torch_stream)
-        theirs = timed(lambda: torch.matmul(a, b))
-        rec = dict(env, workload=f"gemm-{name}", shape=[batch, m, k, n],
+        theirs = timed(lambda x=ma, y=mb: torch.matmul(x, y))
+        rec = dict(env, workload=f"gemm-{name}", shape=[batch, m, k, n], layout=layout,
                    rel_l2_vs_fp32=err, grid=launch.grid, block=launch.block,
                    launches=len(rest))
         for engine, (med, lo, hi) in (("latch", ours), ("cublas-torch.matmul", theirs)):
@@ -137,7 +167,7 @@ def run(only, iters: int) -> int:
               f"{flop / theirs[0] / 1e9:6.1f} TFLOP/s   latch/cuBLAS throughput "
               f"{theirs[0] / ours[0]:.2f}", flush=True)
         prog.close()
-        del a, b
+        del a, b, ma, mb
         torch.cuda.empty_cache()
     stamp = env["date"].replace(":", "").replace("-", "")
     for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):

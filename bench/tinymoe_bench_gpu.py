@@ -242,6 +242,18 @@ def measure_ceilings() -> dict:
     return {"matmul_bf16_tflops": tflops, "copy_gbs": gbs}      # freed on return
 
 
+def add_work_figures(rec: dict, work: dict, ceilings: dict) -> None:
+    """Record the update's work (``update_work``), the ceilings measured in this run, the
+    floor they give (matmuls at the measured bf16 rate + optimizer traffic at the measured
+    copy bandwidth) and the fraction of it ``rec``'s median reaches."""
+    floor_ms = 1e3 * (work["matmul_flop"] / (ceilings["matmul_bf16_tflops"] * 1e12)
+                      + work["optimizer_bytes"] / (ceilings["copy_gbs"] * 1e9))
+    rec.update(work)
+    rec.update(ceilings)
+    rec.update(floor_ms=floor_ms, fraction_of_ceilings=floor_ms / rec["median_ms"],
+               achieved_matmul_tflops=work["matmul_flop"] / (rec["median_ms"] * 1e9))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", default="2,32")
@@ -326,16 +338,12 @@ def main() -> int:
             save()
         ok = {e: r for e, r in got.items() if "median_ms" in r}
         work = update_work(batch, looped)
-        floor_ms = 1e3 * (work["matmul_flop"] / (ceilings["matmul_bf16_tflops"] * 1e12)
-                          + work["optimizer_bytes"] / (ceilings["copy_gbs"] * 1e9))
         for e, r in ok.items():
-            r.update(work, ceilings, floor_ms=floor_ms,
-                     fraction_of_ceilings=floor_ms / r["median_ms"],
-                     achieved_matmul_tflops=work["matmul_flop"] / (r["median_ms"] * 1e9))
+            add_work_figures(r, work, ceilings)
             print(f"{tag} {e:20s} {work['matmul_flop'] / 1e12:.2f} TFLOP of matmuls + "
                   f"{work['optimizer_bytes'] / 1e9:.1f} GB of optimizer traffic: floor "
-                  f"{floor_ms:.2f} ms at the measured ceilings = "
-                  f"{100 * floor_ms / r['median_ms']:.1f}% of this engine's time", flush=True)
+                  f"{r['floor_ms']:.2f} ms at the measured ceilings = "
+                  f"{100 * r['fraction_of_ceilings']:.1f}% of this engine's time", flush=True)
         if "latch" in ok:
             for e in ("torch-eager", "torch-compile-graph"):
                 if e in ok:

@@ -11,21 +11,25 @@ of a generated, shared-memory tiled kernel (one ``gpu.module`` per contraction):
 
 * **tensor cores** (``mma``, the default): when both operands reach the product as bf16
   values widened to f32 (``extf(bf16 -> f32)``) and the accumulator is f32, a kernel of
-  256 threads computes a 128x128 output tile per block: each k-tile of 32 is staged
-  through shared memory as packed bf16 pairs (the operand casts are applied while
-  loading), each of the 8 warps owns a 64x32 sub-tile and issues ``nvvm.mma.sync``
-  m16n8k16 (bf16 x bf16 -> f32); the result is added to the output's initial value.
+  256 threads computes a 128x128 output tile per block: the k-tiles of 32 flow through a
+  four-stage pipeline in dynamic shared memory (``cp.async`` copies of later tiles in
+  flight while the warps multiply the current one; one barrier per k-tile), each of the 8
+  warps owns a 64x32 sub-tile, reads its fragments with ``ldmatrix`` and issues
+  ``nvvm.mma.sync`` m16n8k16 (bf16 x bf16 -> f32).  An operand that is a bf16 buffer read
+  as it is is copied 16 bytes at a time whether it is contiguous along k or along its rows
+  (a transposed operand: ``ldmatrix.trans``); one with casts or index math fused in is
+  loaded and converted by the threads.
 * **SIMT** otherwise (f32 operands: TF32 is never used, so float32 results keep float32
   accuracy): 64x64 output tiles per block of 256 threads, 16-deep k-tiles in shared
   memory, a 4x4 register tile per thread, ``math.fma``.
 
-Refinements: a bf16 operand read as it is along its unit-stride k dimension is loaded 8
-elements (16 bytes) at a time; an output with too few tiles to fill the GPU (a weight
-gradient summed over all tokens) is **split along k** into slices whose partial sums land
-in a per-function workspace and are then added in order (deterministic); a factor that is a
-0/1 mask (an i1 converted to f32, in the body or read from a buffer whose last writer made
-it) lets the SIMT kernel **skip all-zero k-tiles** (``bar.red.or``); and a one-hot product
-``C[row] += [t(k) == row] * V[k]`` — the dense form of ``index_add``/``index_put``/the
+Refinements: an output that was just zero-filled (nothing reading it in between) is
+written, not read and added to, and the fill goes; an output with too few tiles to fill
+the GPU (a weight gradient summed over all tokens) is **split along k** into slices whose
+partial sums land in a per-function workspace and are then added in order (deterministic);
+a factor that is a 0/1 mask (an i1 converted to f32, in the body or read from a buffer whose
+last writer made it) lets the SIMT kernel **skip all-zero k-tiles** (``bar.red.or``); and
+a one-hot product ``C[row] += [t(k) == row] * V[k]`` — the dense form of ``index_add``/``index_put``/the
 embedding gradient — becomes a **scatter kernel** of K x N atomic adds
 (``passes/one_hot_scatter.py``).
 
@@ -50,7 +54,7 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, function_definitions
-from latch.passes.buffer_views import last_writer
+from latch.passes.buffer_views import VIEW_OPS, last_writer, root
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
@@ -92,6 +96,7 @@ class Contraction:
     mma: bool                  # both factors are bf16 values widened to f32
     captured: list             # external memrefs the factors load from (extra kernel args)
     indicator: int | None = None   # a factor that is a 0/1 mask (an i1 converted to f32)
+    zeroed_by: list | None = None  # the ops that zeroed the whole output just before, if any
 
     def size(self, group: str) -> int:
         n = 1
@@ -272,7 +277,74 @@ def match_contraction(op) -> Contraction | None:
     indicator = next((i for i, s in enumerate(sides)
                       if _is_indicator(s.value, op, values[:-1])), None)
     return Contraction(op, values[:-1], c, maps, sizes, groups, sides, mma, captured,
-                       indicator)
+                       indicator, _zeroing_ops(op, c))
+
+
+def _zeroing_ops(op, c) -> list | None:
+    """When the whole allocation ``c`` is (not a part of it) holds zeros right before
+    ``op`` and nothing reads it in between, the ops that put them there and nothing else
+    needs: ``op`` may then write its sums instead of adding them, and they can go.  Zeros
+    come from an all-parallel generic writing 0.0, or from one copying (a view of) such a
+    buffer — one-shot bufferization leaves ``fill -> expand_shape -> copy`` for an output
+    whose tensor was reshaped."""
+    from mlir import ir
+
+    base = root(c)
+    writer = last_writer(c, op)
+    if writer is None or ir.MemRefType(base.type).shape != ir.MemRefType(c.type).shape or \
+            _reads_between(writer, op, base):
+        return None
+    if _writes_zero(writer):
+        return [writer]
+    block = writer.regions[0].blocks[0]
+    yielded = _op(list(block.operations)[-1]).operands[0]
+    ins = list(writer.operands)[:-1]
+    if len(ins) != 1 or not isinstance(ins[0].type, ir.MemRefType) or \
+            not hasattr(yielded.owner, "arguments") or yielded.owner != block or \
+            ir.BlockArgument(yielded).arg_number != 0:
+        return None                         # not a copy
+    fill = last_writer(ins[0], writer)
+    if fill is None or not _writes_zero(fill):     # (readers in between change nothing)
+        return None
+    source = root(ins[0])
+    others = [o for o in (_op(x) for x in op.operation.block.operations)
+              if o != fill and o != writer and o.name not in VIEW_OPS and
+              any(isinstance(v.type, ir.MemRefType) and root(v) == source
+                  for v in o.operands)]
+    return [writer] + ([] if others else [fill])      # the fill too when only the copy read it
+
+
+def _writes_zero(generic) -> bool:
+    """Whether the generic's body yields the constant 0.0 (directly or as its scalar input)
+    and it reads no buffer."""
+    from mlir import ir
+
+    block = generic.regions[0].blocks[0]
+    yielded = _op(list(block.operations)[-1]).operands[0]
+    if hasattr(yielded.owner, "arguments"):          # the fill's scalar input
+        if yielded.owner != block:
+            return False
+        yielded = generic.operands[ir.BlockArgument(yielded).arg_number]
+        if hasattr(yielded.owner, "arguments") or isinstance(yielded.type, ir.ShapedType):
+            return False
+    const = _op(yielded.owner)
+    return const.name == "arith.constant" and \
+        isinstance(const.attributes["value"], ir.FloatAttr) and \
+        ir.FloatAttr(const.attributes["value"]).value == 0.0 and \
+        not any(isinstance(v.type, ir.MemRefType) for v in list(generic.operands)[:-1])
+
+
+def _reads_between(first, last, base) -> bool:
+    """Whether an op strictly between ``first`` and ``last`` (one block) uses the
+    allocation ``base`` other than by making a view of it."""
+    from mlir import ir
+
+    ops = [_op(o) for o in last.operation.block.operations]
+    start = next(i for i, o in enumerate(ops) if o == first)
+    end = next(i for i, o in enumerate(ops) if o == last)
+    return any(o.name not in VIEW_OPS and
+               any(isinstance(v.type, ir.MemRefType) and root(v) == base for v in o.operands)
+               for o in ops[start + 1:end])
 
 
 def _is_indicator(value, op, inputs) -> bool:
@@ -364,6 +436,7 @@ class _Kernel:
         self.narrow = narrow       # factors as bf16 (tensor-core kernel) or f32
         self.splits = splits       # split-K: blocks per output tile, each a slice of k
         self.slice = None          # this block's slice number (a value), when splits > 1
+        self.overwrite = con.zeroed_by is not None and splits == 1   # C = sum, not C += sum
 
     def split(self, group: str, flat: str) -> dict:
         """Loop dim -> value, delinearizing ``flat`` over the group's dims."""
@@ -440,12 +513,13 @@ def workspace_type(con: Contraction, splits: int) -> str:
     return f"memref<{shape}xf32>"
 
 
-def _signature(con: Contraction, workgroup: str, threads: int, splits: int = 1) -> str:
+def _signature(con: Contraction, workgroup: str | None, threads: int, splits: int = 1) -> str:
     c_type = con.c.type if splits == 1 else workspace_type(con, splits)
     args = [f"%I{i}: {v.type}" for i, v in enumerate(con.inputs)] + [f"%C: {c_type}"]
     args += [f"%X{i}: {v.type}" for i, v in enumerate(con.captured)]
+    attributions = f"workgroup({workgroup}) " if workgroup else ""
     return (f"gpu.func @{KERNEL}({', '.join(args)}) "
-            f"workgroup({workgroup}) kernel attributes "
+            f"{attributions}kernel attributes "
             f"{{known_block_size = array<i32: {threads}, 1, 1>}} {{")
 
 
@@ -472,6 +546,8 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
         if k.splits > 1:
             w_type = workspace_type(con, k.splits)
             t.line(f"memref.store {value}, %C[{k.slice}, {idx}] : {w_type}")
+        elif k.overwrite:              # the output was all zeros: no need to read it
+            t.line(f"memref.store {value}, %C[{idx}] : {con.c.type}")
         else:
             old = t.emit(f"memref.load %C[{idx}] : {con.c.type}")
             new = t.emit(f"arith.addf {old}, {value} : f32")
@@ -494,8 +570,10 @@ def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
     return tid, m0, n0, batch
 
 
-def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str):
-    """Open the loop over this block's k-tiles (all of them, or its split-K slice)."""
+def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str,
+                 bounds: list | None = None):
+    """Open the loop over this block's k-tiles (all of them, or its split-K slice); its
+    bounds are appended to ``bounds`` when given."""
     kt = t.fresh()
     accs = [t.fresh() for _ in range(n_acc)]
     results = t.fresh()
@@ -506,18 +584,31 @@ def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str):
         per = -(-n_tiles // k.splits)
         lo = t.mul(k.slice, per)
         hi = t.arith("minui", t.add(lo, per), n_tiles)
+    if bounds is not None:
+        bounds += [lo, hi]
     t.line(f"{results}:{n_acc} = scf.for {kt} = {lo} to {hi} "
            f"step {t.const(1)} iter_args({args}) -> ({types}) {{")
     return kt, accs, results
 
 
-def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple]:
-    """(gpu.module text, grid, block) of the tensor-core kernel."""
-    BM, BN, BK, THREADS = 128, 128, 32, 256
+def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple, int]:
+    """(gpu.module text, grid, block, dynamic shared bytes) of the tensor-core kernel.
+
+    256 threads (8 warps, 2 x 4, each a 64x32 sub-tile) compute a 128x128 output tile; the
+    k-tiles of 32 pass through two shared-memory stages, so the copies of tile k+1 run
+    while the warps multiply tile k (one barrier per k-tile).  Each operand is staged one
+    of three ways (:func:`_staging`): ``"k"`` — its bf16 elements are contiguous along k:
+    16-byte ``cp.async`` copies (global -> shared, no registers) into a [rows][k] tile;
+    ``"rows"`` — contiguous along its rows (a transposed operand, e.g. the activations of
+    a weight gradient): ``cp.async`` into a [k][rows] tile, read back transposed; or
+    ``"load"`` — anything else (casts or index math fused in, unaligned): loaded and
+    converted by the threads and stored into a [rows][k] tile.  Fragments are read with
+    ``ldmatrix`` (``.trans`` for "rows" tiles) and multiplied with ``mma.sync`` m16n8k16.
+    Tiles are padded by 8 elements per row so that the 8 rows an ``ldmatrix`` reads fall in
+    distinct banks."""
+    BM, BN, BK, THREADS, STAGES = 128, 128, 32, 256, 4
     WM, WN = 64, 32                   # warp tile: 2 x 4 warps
     MT, NT = WM // 16, WN // 8        # mma tiles per warp
-    KP = BK // 2                      # bf16 pairs per k-tile row
-    PAD = KP + 4                      # row stride in i32 (conflict-free fragment loads)
     t = _Text()
     k = _Kernel(con, t, (BM, BN, BK), narrow=True, splits=splits)
     M, N, K = con.size("m"), con.size("n"), con.size("k")
@@ -526,80 +617,108 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
     lane = t.arith("remui", tid, 32)
     wm = t.mul(t.arith("divui", warp, 4), WM)
     wn = t.mul(t.arith("remui", warp, 4), WN)
-    g = t.arith("divui", lane, 4)
-    tq = t.arith("remui", lane, 4)
     zero = t.const(0.0, "f32")
     n_acc = MT * NT * 4
-    i16, i32 = "i16", "i32"
+    n_tiles = -(-K // BK)
+    operands = []                     # per factor: (staging, input, smem, type, rows, row0, group)
+    for which, (rows, smem, row0, group) in enumerate(((BM, "%As", m0, "m"),
+                                                       (BN, "%Bs", n0, "n"))):
+        how, i = _staging(con, which, BK)
+        rows_layout = how.startswith("rows")
+        shape = f"{STAGES}x{BK}x{rows + 8}" if rows_layout else f"{STAGES}x{rows}x{BK + 8}"
+        operands.append((how, i, smem, f"memref<{shape}xbf16, {_WG}>", rows, row0, group))
 
-    vector_input = [_vector_loadable(con, which, BK) for which in (0, 1)]
-
-    def load_tile(k0: str) -> list:
-        """Issue the global loads of both operands' k-tile at ``k0`` (packed bf16 pairs in
-        registers); returns the (shared buffer, tile, row, pair column, value, vector) to
-        store: an i32, or with ``vector`` a vector<4xi32> (8 bf16 read in one 16-byte
-        load)."""
-        out = []
-        for which, (tile, smem, row0, row_group) in enumerate(
-                ((BM, "%As", m0, "m"), (BN, "%Bs", n0, "n"))):
-            if vector_input[which] is not None:
-                out += _vector_tile_loads(t, k, which, vector_input[which], batch, tid,
-                                          THREADS, tile, smem, row0, row_group, k0, BK)
+    def stage_tile(kt: str, stage: str) -> None:
+        """Copy (or load and store) both factors' k-tile ``kt`` into shared stage ``stage``."""
+        k0 = t.mul(kt, BK)
+        for which, (how, i, smem, stype, rows, row0, group) in enumerate(operands):
+            limit = con.size(group)
+            if how == "load":
+                _load_and_store(t, k, which, batch, tid, THREADS, rows, smem, stype, stage,
+                                row0, group, k0, BK)
                 continue
-            k_contig = k.contiguous_group(which) == "k"
-            for i in range(tile * KP // THREADS):
-                if k_contig:     # consecutive threads walk k pairs
-                    r = t.add(t.arith("divui", tid, KP), i * THREADS // KP)
-                    kp = t.arith("remui", tid, KP)
-                else:            # consecutive threads walk rows
-                    r = t.arith("remui", tid, tile) if tile < THREADS else tid
-                    kp = t.add(t.arith("divui", tid, tile), i * THREADS // tile)
-                grow = t.add(row0, r)
-                gk = t.add(k0, t.mul(kp, 2))
-                lo = k.load(which, batch, row_group, grow, gk)
-                hi = k.load(which, batch, row_group, grow, t.add(gk, 1))
-                lo = t.emit(f"arith.extui {t.emit(f'arith.bitcast {lo} : bf16 to {i16}')} "
-                            f": {i16} to {i32}")
-                hi = t.emit(f"arith.extui {t.emit(f'arith.bitcast {hi} : bf16 to {i16}')} "
-                            f": {i16} to {i32}")
-                hi = t.emit(f"arith.shli {hi}, {t.const(16, i32)} : {i32}")
-                out.append((smem, tile, r, kp, t.emit(f"arith.ori {lo}, {hi} : {i32}"), False))
-        return out
+            mtype = con.inputs[i].type
+            along_rows = how.startswith("rows")
+            per_row = (rows if along_rows else BK) // 8       # 8-element chunks per tile row
+            for n in range(rows * BK // 8 // THREADS):
+                lin = t.add(tid, n * THREADS)
+                r = t.arith("divui", lin, per_row)
+                c8 = t.mul(t.arith("remui", lin, per_row), 8)
+                if not along_rows:           # tile row r = factor row, chunk = 8 k
+                    fr = t.add(row0, r)
+                    fr = t.arith("minui", fr, limit - 1) if limit > 1 else t.const(0)
+                    fk = t.add(k0, c8)
+                else:                        # tile row r = k, chunk = 8 factor rows
+                    fr = t.arith("minui", t.add(row0, c8), limit - 8)
+                    fk = t.add(k0, r)
+                dims = dict(batch)
+                dims.update(k.split(group, fr))
+                dims.update(k.split("k", fk))
+                src, dst = f"%I{i}[{k.indices(i, dims)}]", f"{smem}[{stage}, {r}, {c8}]"
+                if how.endswith("-f32"):     # 8 f32 -> 8 bf16 through registers
+                    x = t.emit(f"vector.load {src} {{alignment = 16}} : {mtype}, vector<8xf32>")
+                    y = t.emit(f"arith.truncf {x} : vector<8xf32> to vector<8xbf16>")
+                    t.line(f"vector.store {y}, {dst} {{alignment = 16}} : {stype}, "
+                           "vector<8xbf16>")
+                else:
+                    t.emit(f"nvgpu.device_async_copy {src}, {dst}, 8 {{bypassL1}} : "
+                           f"{mtype} to {stype}")
 
-    def store_tile(values) -> None:
-        for smem, tile, r, kp, packed, vector in values:
-            if vector:
-                t.line(f"vector.store {packed}, {smem}[{r}, {kp}] {{alignment = 16}} : "
-                       f"memref<{tile}x{PAD}xi32, {_WG}>, vector<4xi32>")
-            else:
-                t.line(f"memref.store {packed}, {smem}[{r}, {kp}] : "
-                       f"memref<{tile}x{PAD}xi32, {_WG}>")
+    copies = any(how in ("k", "rows") for how, *_ in operands)
+    lo_hi = []
+    kt, accs, results = _for_k_tiles(t, k, n_tiles, n_acc, zero, lo_hi)
+    lo, hi = lo_hi
+    step = t.arith("subi", kt, lo)
+    stage = t.arith("remui", step, STAGES)
 
-    # (a register prefetch of the next k-tile during the current one's math was tried: no
-    # gain on the B32 shapes and the LM head 1.7x slower, from register pressure)
-    kt, accs, results = _for_k_tiles(t, k, -(-K // BK), n_acc, zero)
-    store_tile(load_tile(t.mul(kt, BK)))
-    t.line("gpu.barrier")
+    def stage_if_any(tile: str, into: str) -> None:
+        """Stage k-tile ``tile`` (if this block has it) and commit one cp.async group
+        (empty or not: the wait below counts groups)."""
+        t.line(f"scf.if {t.emit(f'arith.cmpi ult, {tile}, {hi} : index')} {{")
+        stage_tile(tile, into)
+        t.line("}")
+        if copies:
+            t.line("nvvm.cp.async.commit.group")
+
+    # prologue (first iteration): k-tiles lo .. lo + STAGES - 2 into stages 0 .. STAGES - 2
+    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {step}, {t.const(0)} : index')} {{")
+    for j in range(STAGES - 1):
+        stage_if_any(t.add(lo, j), t.const(j))
+    t.line("}")
+    if copies:      # tile kt's group is done once at most STAGES - 2 newer ones are pending
+        t.line(f"nvvm.cp.async.wait.group {STAGES - 2}")
+    t.line("gpu.barrier")       # tile kt is in `stage`; every warp is done with tile kt - 1
+    # tile kt + STAGES - 1 into the stage tile kt - 1 used
+    stage_if_any(t.add(kt, STAGES - 1),
+                 t.arith("remui", t.add(step, STAGES - 1), STAGES))
     cur = list(accs)
+    quarter = t.arith("divui", lane, 8)          # which 8x8 matrix this lane addresses
+    row8 = t.arith("remui", lane, 8)             # which of its rows
     for s in range(BK // 16):
         afr = []
+        how, _i, smem, stype, *_ = operands[0]
         for mi in range(MT):
-            regs = []
-            for dr, dk in ((0, 0), (8, 0), (0, 4), (8, 4)):
-                row = t.add(t.add(wm, mi * 16 + dr), g)
-                col = t.add(tq, s * 8 + dk)
-                regs.append(t.emit(f"memref.load %As[{row}, {col}] : "
-                                   f"memref<{BM}x{PAD}xi32, {_WG}>"))
-            afr.append(regs)
+            if how.startswith("rows"):   # [k][m]: (m 0-7|8-15) x (k 0-7|8-15), transposed
+                kk = t.add(t.add(t.mul(t.arith("divui", quarter, 2), 8), row8), s * 16)
+                mm = t.add(t.mul(t.arith("remui", quarter, 2), 8), t.add(wm, mi * 16))
+                afr.append(_ldmatrix(t, smem, stype, stage, kk, mm, 4, True))
+            else:                # [m][k]
+                mm = t.add(t.add(wm, mi * 16), t.arith("remui", lane, 16))
+                kk = t.add(t.mul(t.arith("divui", lane, 16), 8), s * 16)
+                afr.append(_ldmatrix(t, smem, stype, stage, mm, kk, 4, False))
         bfr = []
-        for ni in range(NT):
-            regs = []
-            for dk in (0, 4):
-                row = t.add(t.add(wn, ni * 8), g)
-                col = t.add(tq, s * 8 + dk)
-                regs.append(t.emit(f"memref.load %Bs[{row}, {col}] : "
-                                   f"memref<{BN}x{PAD}xi32, {_WG}>"))
-            bfr.append(regs)
+        how, _i, smem, stype, *_ = operands[1]
+        for ni in range(0, NT, 2):      # one x4 load: b0, b1 of n-tiles ni and ni + 1
+            if how.startswith("rows"):   # [k][n]
+                kk = t.add(t.add(t.mul(t.arith("remui", quarter, 2), 8), row8), s * 16)
+                nn = t.add(t.mul(t.arith("divui", lane, 16), 8), t.add(wn, ni * 8))
+                regs = _ldmatrix(t, smem, stype, stage, kk, nn, 4, True)
+            else:                # [n][k]
+                nn = t.add(t.add(t.mul(t.arith("divui", lane, 16), 8), row8),
+                           t.add(wn, ni * 8))
+                kk = t.add(t.mul(t.arith("remui", quarter, 2), 8), s * 16)
+                regs = _ldmatrix(t, smem, stype, stage, nn, kk, 4, False)
+            bfr += [regs[0:2], regs[2:4]]
         for mi in range(MT):
             for ni in range(NT):
                 base = (mi * NT + ni) * 4
@@ -615,9 +734,10 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
                 for r in range(4):
                     cur[base + r] = t.emit(
                         f"llvm.extractvalue {d}[{r}] : !llvm.struct<(f32, f32, f32, f32)>")
-    t.line("gpu.barrier")
     t.line(f"scf.yield {', '.join(cur)} : {', '.join(['f32'] * n_acc)}")
     t.line("}")
+    g = t.arith("divui", lane, 4)
+    tq = t.arith("remui", lane, 4)
     cells = []
     for mi in range(MT):
         for ni in range(NT):
@@ -626,68 +746,105 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
                 col = t.add(t.add(n0, wn), t.add(t.mul(tq, 2), ni * 8 + r % 2))
                 cells.append((row, col, f"{results}#{(mi * NT + ni) * 4 + r}"))
     _epilogue(k, t, batch, cells)
-    workgroup = (f"%As : memref<{BM}x{PAD}xi32, {_WG}>, "
-                 f"%Bs : memref<{BN}x{PAD}xi32, {_WG}>")
-    text = _module(name, _signature(con, workgroup, THREADS, splits), t)
+    # the stages live in dynamic shared memory (more than the 48 KiB of static shared
+    # memory a kernel may declare): one byte buffer, a typed view per operand
+    dyn = f"memref<?xi8, {_WG}>"
+    views, offset = [f"%dyn = gpu.dynamic_shared_memory : {dyn}"], 0
+    for _how, _i, smem, stype, *_ in operands:
+        views.append(f"{smem} = memref.view %dyn[{t.const(offset)}][] : {dyn} to {stype}")
+        offset += _bytes(stype)
+    t.lines[:0] = views
+    text = _module(name, _signature(con, None, THREADS, splits), t)
     grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")) * splits)
-    return text, grid, (THREADS, 1, 1)
+    return text, grid, (THREADS, 1, 1), offset
 
 
-def _vector_loadable(con: Contraction, which: int, k_tile: int):
-    """The input number whose bf16 elements factor ``which`` is, if its k-tiles can be read
-    8 elements (16 bytes) at a time: the factor is the input element itself (widened), the
-    single k loop walks the input's unit-stride dimension, rows and the base stay 16-byte
-    aligned, and K is a whole number of k-tiles; else None.  Every buffer a kernel sees is
+def _bytes(memref_type: str) -> int:
+    """Bytes of a static ``memref<AxBx...xbf16, ...>`` type written as text."""
+    dims = memref_type[len("memref<"):].split(",")[0].split("x")
+    return math.prod(int(d) for d in dims[:-1]) * {"bf16": 2, "f32": 4}[dims[-1]]
+
+
+def _ldmatrix(t: _Text, smem: str, stype: str, stage: str, row: str, col: str, tiles: int,
+              transpose: bool) -> list:
+    """``ldmatrix`` of ``tiles`` 8x8 bf16 matrices (this lane addresses row ``row``, column
+    ``col`` of stage ``stage``): one packed bf16 pair (i32) per matrix."""
+    v = t.emit(f"nvgpu.ldmatrix {smem}[{stage}, {row}, {col}] {{numTiles = {tiles} : i32, "
+               f"transpose = {str(transpose).lower()}}} : {stype} -> vector<{tiles}x2xbf16>")
+    out = []
+    for j in range(tiles):
+        pair = t.emit(f"vector.extract {v}[{j}] : vector<2xbf16> from vector<{tiles}x2xbf16>")
+        word = t.emit(f"vector.bitcast {pair} : vector<2xbf16> to vector<1xi32>")
+        out.append(t.emit(f"vector.extract {word}[0] : i32 from vector<1xi32>"))
+    return out
+
+
+def _staging(con: Contraction, which: int, k_tile: int) -> tuple[str, int | None]:
+    """How factor ``which`` reaches shared memory: ("k", input) when it is a bf16 input's
+    element as it is, contiguous along the single k dimension (16-byte ``cp.async``
+    copies); ("rows", input) when contiguous along its single row dimension (a transposed
+    operand); ("k-f32", input) / ("rows-f32", input) the same for an f32 input rounded to
+    bf16 in the product (a matmul output read by the next one): 32-byte vector loads,
+    rounded and stored by the threads; ("load", None) otherwise.  The vector forms need K a
+    whole number of k-tiles and 16-byte aligned chunks: every buffer a kernel sees is
     Latch's own (the arena, state, input and output buffers: cuMemAlloc, 256-byte aligned;
     callers' tensors are copied in), so a 16-byte aligned offset is a 16-byte address."""
     from mlir import ir
 
     side = con.sides[which]
     v = side.narrow
-    if v is None or not hasattr(v.owner, "arguments") or side.captured:
-        return None
-    if v.owner != con.op.regions[0].blocks[0]:
-        return None
+    block = con.op.regions[0].blocks[0]
+    if v is None or side.captured or con.size("k") % k_tile:
+        return "load", None
+    suffix = ""
+    if not hasattr(v.owner, "arguments") and _op(v.owner).name == "arith.truncf":
+        v, suffix = _op(v.owner).operands[0], "-f32"          # round an f32 input
+    if not hasattr(v.owner, "arguments") or v.owner != block:
+        return "load", None
     i = ir.BlockArgument(v).arg_number
-    if i >= len(con.inputs) or len(con.groups["k"]) != 1:
-        return None
+    if i >= len(con.inputs):
+        return "load", None
     mt = ir.MemRefType(con.inputs[i].type)
     strides, offset = mt.get_strides_and_offset()
-    kdim = con.groups["k"][0]
-    if con.maps[i][-1] != ("d", kdim) or strides[-1] != 1 or mt.shape[-1] % 8 or \
-            offset % 8 or any(st % 8 for st in strides[:-1]) or \
-            con.size("k") % k_tile or str(mt.element_type) != "bf16":
-        return None
-    return i
+    per_16_bytes = 4 if suffix else 8
+    if str(mt.element_type) != ("f32" if suffix else "bf16") or strides[-1] != 1 or \
+            mt.shape[-1] % 8 or offset % per_16_bytes or \
+            any(st % per_16_bytes for st in strides[:-1]):
+        return "load", None
+    row_group = "m" if which == 0 else "n"
+    if len(con.groups["k"]) == 1 and con.maps[i][-1] == ("d", con.groups["k"][0]):
+        return "k" + suffix, i
+    if len(con.groups[row_group]) == 1 and \
+            con.maps[i][-1] == ("d", con.groups[row_group][0]) and \
+            con.size(row_group) % 8 == 0:
+        return "rows" + suffix, i
+    return "load", None
 
 
-def _vector_tile_loads(t: _Text, k: _Kernel, which: int, i: int, batch: dict, tid: str,
-                       threads: int, tile: int, smem: str, row0: str, row_group: str,
-                       k0: str, k_tile: int) -> list:
-    """16-byte loads of a k-contiguous bf16 operand's ``tile`` x ``k_tile`` tile: thread
-    ``tid`` reads 8 consecutive k of a row per load; each vector is 4 packed bf16 pairs."""
-    con = k.con
-    per_row = k_tile // 8
-    rows = con.size(row_group)
-    out = []
-    for n in range(tile * per_row // threads):
-        lin = t.add(tid, n * threads)
-        r = t.arith("divui", lin, per_row)
-        j = t.arith("remui", lin, per_row)
-        row = t.arith("minui", t.add(row0, r), rows - 1) if rows > 1 else t.const(0)
-        dims = dict(batch)
-        dims.update(k.split(row_group, row))
-        dims.update(k.split("k", t.add(k0, t.mul(j, 8))))
-        mtype = con.inputs[i].type
-        v = t.emit(f"vector.load %I{i}[{k.indices(i, dims)}] {{alignment = 16}} : "
-                   f"{mtype}, vector<8xbf16>")
-        w = t.emit(f"vector.bitcast {v} : vector<8xbf16> to vector<4xi32>")
-        out.append((smem, tile, r, t.mul(j, 4), w, True))
-    return out
+def _load_and_store(t: _Text, k: _Kernel, which: int, batch: dict, tid: str, threads: int,
+                    rows: int, smem: str, stype: str, stage: str, row0: str, group: str,
+                    k0: str, k_tile: int) -> None:
+    """Factor ``which``'s k-tile through the threads (its casts and index math applied on
+    the way): consecutive threads walk the factor's contiguous dimension, each storing a
+    bf16 pair into the [rows][k] tile."""
+    pairs = k_tile // 2
+    k_contig = k.contiguous_group(which) == "k"
+    for n in range(rows * pairs // threads):
+        if k_contig:
+            r = t.add(t.arith("divui", tid, pairs), n * threads // pairs)
+            kp = t.arith("remui", tid, pairs)
+        else:
+            r = t.arith("remui", tid, rows) if rows < threads else tid
+            kp = t.add(t.arith("divui", tid, rows), n * threads // rows)
+        grow = t.add(row0, r)
+        kk = t.mul(kp, 2)
+        for d in (0, 1):
+            x = k.load(which, batch, group, grow, t.add(t.add(k0, kk), d))
+            t.line(f"memref.store {x}, {smem}[{stage}, {r}, {t.add(kk, d)}] : {stype}")
 
 
-def simt_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple]:
-    """(gpu.module text, grid, block) of the f32 SIMT kernel."""
+def simt_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple, int]:
+    """(gpu.module text, grid, block, dynamic shared bytes) of the f32 SIMT kernel."""
     BM, BN, BK, THREADS, R = 64, 64, 16, 256, 4
     t = _Text()
     k = _Kernel(con, t, (BM, BN, BK), narrow=False, splits=splits)
@@ -743,7 +900,7 @@ def simt_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str,
                  f"%Bs : memref<{BK}x{BN}xf32, {_WG}>")
     text = _module(name, _signature(con, workgroup, THREADS, splits), t)
     grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")) * splits)
-    return text, grid, (THREADS, 1, 1)
+    return text, grid, (THREADS, 1, 1), 0
 
 
 def _stage_tile(t: _Text, k: _Kernel, batch: dict, tid: str, k0: str, BK: int, threads: int,
@@ -817,14 +974,14 @@ class FormContractionKernels(ModulePass):
             name = f"latch_contract_{counter}"
             taken.add(name)
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
-            text, grid, block = make(con, name)
+            text, grid, block, shared = make(con, name)
             splits = split_factor(grid, -(-con.size("k") // _K_TILE[make]))
             if splits > 1:
-                text, grid, block = make(con, name, splits)
-            planned.append((con, name, text, grid, block, splits))
+                text, grid, block, shared = make(con, name, splits)
+            planned.append((con, name, text, grid, block, shared, splits))
         workspaces = _split_k_workspaces(planned)
         index = ir.IndexType.get()
-        for con, name, text, grid, block, splits in planned:
+        for con, name, text, grid, block, shared, splits in planned:
             parsed = ir.Module.parse(text)
             kernel_module = _op(parsed.body.operations[0])
             ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
@@ -839,12 +996,20 @@ class FormContractionKernels(ModulePass):
                     out = ir.Operation.create(
                         "memref.view", [ir.Type.parse(workspace_type(con, splits))],
                         [workspaces[_block_key(con.op)], c(0)]).result
+                shared_size = ir.Operation.create(
+                    "arith.constant", [ir.IntegerType.get_signless(32)],
+                    attributes={"value": ir.IntegerAttr.get(
+                        ir.IntegerType.get_signless(32), shared)}).result if shared else None
                 gpu.LaunchFuncOp([name, KERNEL], tuple(c(v) for v in grid),
                                  tuple(c(v) for v in block),
-                                 list(con.inputs) + [out] + list(con.captured))
+                                 list(con.inputs) + [out] + list(con.captured),
+                                 dynamic_shared_memory_size=shared_size)
                 if splits > 1:
                     _add_partial_sums(out, con.c)
             con.op.erase()
+            if con.zeroed_by is not None and splits == 1:
+                for zeroing in con.zeroed_by:     # the kernel writes every element
+                    zeroing.erase()
 
 
 def _block_key(op) -> int:
@@ -861,7 +1026,7 @@ def _split_k_workspaces(planned) -> dict:
 
     need: dict = {}
     blocks: dict = {}
-    for con, _name, _text, _grid, _block, splits in planned:
+    for con, _name, _text, _grid, _block, _shared, splits in planned:
         if splits > 1:
             key = _block_key(con.op)
             size = 4 * splits
@@ -958,12 +1123,13 @@ def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:
     inputs = list(entry.arguments)[:n_in]
     captured = list(entry.arguments)[n_in + 1:]
     # the kernels emit every factor load in the body of the k-tile loop (a top-level
-    # scf.for) or in the scf.if there that skips all-zero mask tiles: searching those
-    # blocks (not the whole kernel) keeps this linear
+    # scf.for) or in the scf.ifs there (nested: the tiles a block stages, the skipping of
+    # all-zero mask tiles): searching those blocks (not the whole kernel) keeps this linear
     loops = [_op(o) for o in entry.operations if _op(o).name == "scf.for"]
     blocks = [loop.regions[0].blocks[0] for loop in loops]
-    blocks += [_op(o).regions[0].blocks[0] for b in list(blocks) for o in b.operations
-               if _op(o).name == "scf.if"]
+    for b in blocks:                     # grows while it is walked: the ifs' blocks too
+        blocks += [_op(o).regions[0].blocks[0] for o in b.operations
+                   if _op(o).name == "scf.if"]
     placeholders = [_op(o) for b in blocks for o in b.operations
                     if _op(o).name == _PLACEHOLDER]
     if len(placeholders) != expected:      # the generators put every load in those blocks

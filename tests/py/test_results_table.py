@@ -55,3 +55,15 @@ def test_update_work_matches_workloads_md():
     assert 1.1e12 < b2["matmul_flop"] < 1.4e12 and 18e12 < b32["matmul_flop"] < 22e12
     assert abs(b2["optimizer_bytes"] - 5.5e9) < 0.1e9
     assert update_work(32, looped=True)["matmul_flop"] > b32["matmul_flop"]
+
+
+def test_work_figures_of_a_record():
+    """The floor of an update at the measured ceilings and an engine's fraction of it."""
+    from tinymoe_bench_gpu import add_work_figures
+    rec = {"median_ms": 40.0}
+    add_work_figures(rec, {"matmul_flop": 8e12, "optimizer_bytes": 4e9},
+                     {"matmul_bf16_tflops": 800.0, "copy_gbs": 4000.0})
+    assert abs(rec["floor_ms"] - 11.0) < 1e-9               # 10 ms of matmuls + 1 ms of copies
+    assert abs(rec["fraction_of_ceilings"] - 11.0 / 40.0) < 1e-12
+    assert abs(rec["achieved_matmul_tflops"] - 200.0) < 1e-9
+    assert rec["matmul_flop"] == 8e12 and rec["copy_gbs"] == 4000.0

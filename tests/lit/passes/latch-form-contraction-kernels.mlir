@@ -4,30 +4,53 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{scatter=false})' | FileCheck %s --check-prefix=NOSCATTER
 // Contractions on memrefs become launches of tiled kernels: bf16 operands (here an f32
 // weight rounded to bf16 inside the body, as precision="bf16" fuses it) -> tensor cores
-// (nvvm.mma.sync m16n8k16), f32 operands -> the SIMT kernel; anything else stays.  A bf16
-// operand read as it is along its unit-stride dimension (x here) is loaded 8 elements at a
-// time (16-byte vector loads and shared-memory stores); a computed one element-wise.
+// (nvvm.mma.sync m16n8k16), f32 operands -> the SIMT kernel; anything else stays.  The
+// k-tiles pass through four stages in dynamic shared memory (80 KiB here, above the 48 KiB
+// a kernel may declare statically): a bf16 operand read as it is along k (x here) is
+// copied 16 bytes at a time by cp.async, an f32 one rounded to bf16 in the body (the
+// weight) is loaded 8 elements at a time, rounded and stored by the threads; fragments are
+// read with ldmatrix.  The output's initial value is
+// read and added to (nothing zeroed it here).
 
 #mA = affine_map<(m, n, k) -> (m, k)>
 #mBt = affine_map<(m, n, k) -> (n, k)>
 #mC = affine_map<(m, n, k) -> (m, n)>
 // CHECK-LABEL: func.func @linear_bf16(
-// CHECK: gpu.launch_func @latch_contract_0::@contract blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in (%{{.*}}, %{{.*}}, %{{.*}}) args(%{{.*}} : memref<200x96xbf16>, %{{.*}} : memref<48x96xf32>, %{{.*}} : memref<200x48xf32>)
+// CHECK: %[[SHARED:.*]] = arith.constant 81920 : i32
+// CHECK: gpu.launch_func @latch_contract_0::@contract blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in (%{{.*}}, %{{.*}}, %{{.*}}) dynamic_shared_memory_size %[[SHARED]] args(%{{.*}} : memref<200x96xbf16>, %{{.*}} : memref<48x96xf32>, %{{.*}} : memref<200x48xf32>)
 // CHECK-NOT: linalg.generic
 // CHECK: gpu.module @latch_contract_0
-// CHECK: gpu.func @contract({{.*}}) workgroup(%{{.*}} : memref<128x20xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<128x20xi32, #gpu.address_space<workgroup>>) kernel
-// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<200x96xbf16>, vector<8xbf16>
-// CHECK: arith.truncf %{{.*}} : f32 to bf16
-// CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<128x20xi32, #gpu.address_space<workgroup>>, vector<4xi32>
+// CHECK: gpu.func @contract({{.*}}) kernel
+// CHECK: %[[DYN:.*]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+// CHECK: memref.view %[[DYN]][%{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<4x128x40xbf16, #gpu.address_space<workgroup>>
+// CHECK: memref.view %[[DYN]][%{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<4x128x40xbf16, #gpu.address_space<workgroup>>
+// CHECK: scf.for
+// CHECK: scf.if
+// CHECK: nvgpu.device_async_copy %{{.*}}, 8 {bypassL1} : memref<200x96xbf16> to memref<4x128x40xbf16, #gpu.address_space<workgroup>>
+// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<48x96xf32>, vector<8xf32>
+// CHECK: arith.truncf %{{.*}} : vector<8xf32> to vector<8xbf16>
+// CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<4x128x40xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: nvvm.cp.async.wait.group 2
+// CHECK-NEXT: gpu.barrier
+// CHECK: nvgpu.ldmatrix %{{.*}} {numTiles = 4 : i32, transpose = false}
 // CHECK: nvvm.mma.sync
 // CHECK-SAME: shape = #nvvm.shape<m = 16, n = 8, k = 16>
+// CHECK-NOT: gpu.barrier
+// CHECK: scf.yield
+// CHECK: memref.load %{{.*}} : memref<200x48xf32>
+// CHECK: arith.addf
+// CHECK: memref.store %{{.*}} : memref<200x48xf32>
 // SIMT-LABEL: func.func @linear_bf16(
 // SIMT: gpu.launch_func @latch_contract_0::@contract
 // SIMT-NOT: nvvm.mma.sync
 // SIMT: math.fma
-// PTX: ld.global.v4.b32
-// PTX: st.shared.v4.b32
-// PTX: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// PTX: .shared .align 16 .b8
+// PTX-DAG: ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// PTX-DAG: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// PTX-DAG: cp.async.cg.shared.global
+// PTX-DAG: cp.async.commit_group
+// PTX-DAG: cp.async.wait_group 2
 func.func @linear_bf16(%x: memref<200x96xbf16>, %w: memref<48x96xf32>, %y: memref<200x48xf32>) {
   linalg.generic {indexing_maps = [#mA, #mBt, #mC], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%x, %w : memref<200x96xbf16>, memref<48x96xf32>) outs(%y : memref<200x48xf32>) {
@@ -40,6 +63,51 @@ func.func @linear_bf16(%x: memref<200x96xbf16>, %w: memref<48x96xf32>, %y: memre
     linalg.yield %s : f32
   }
   return
+}
+
+// -----
+// A weight gradient dW[n, m] = sum_t dy[t, n] * x[t, m] into a buffer just zeroed: both
+// bf16 operands are contiguous along their rows, not along k (the tokens): cp.async copies
+// [k][rows] tiles and ldmatrix reads them transposed; the zero fill goes and the kernel
+// stores its sums without reading the output.
+#gx = affine_map<(n, m, t) -> (t, m)>
+#gy = affine_map<(n, m, t) -> (t, n)>
+#gw = affine_map<(n, m, t) -> (n, m)>
+#id = affine_map<(n, m) -> (n, m)>
+#sc = affine_map<(n, m) -> ()>
+// CHECK-LABEL: func.func @weight_grad(
+// CHECK-NOT: linalg.generic
+// CHECK: gpu.launch_func
+// CHECK: gpu.func @contract(
+// CHECK: memref.view %{{.*}} to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.device_async_copy %{{.*}}, 8 {bypassL1} : memref<64x64xbf16> to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.device_async_copy %{{.*}}, 8 {bypassL1} : memref<64x96xbf16> to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.ldmatrix %{{.*}} {numTiles = 4 : i32, transpose = true}
+// CHECK: nvvm.mma.sync
+// CHECK: scf.yield
+// CHECK-NOT: memref.load
+// CHECK: memref.store %{{.*}} : memref<64x96xf32>
+// CHECK-NOT: memref.load
+// CHECK: gpu.return
+// PTX: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+func.func @weight_grad(%dy: memref<64x64xbf16>, %x: memref<64x96xbf16>) -> memref<64x96xf32> {
+  %zero = arith.constant 0.0 : f32
+  %dw = memref.alloc() : memref<64x96xf32>
+  linalg.generic {indexing_maps = [#sc, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%zero : f32) outs(%dw : memref<64x96xf32>) {
+  ^bb0(%z: f32, %o: f32):
+    linalg.yield %z : f32
+  }
+  linalg.generic {indexing_maps = [#gy, #gx, #gw], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%dy, %x : memref<64x64xbf16>, memref<64x96xbf16>) outs(%dw : memref<64x96xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %acc: f32):
+    %ae = arith.extf %a : bf16 to f32
+    %be = arith.extf %b : bf16 to f32
+    %p = arith.mulf %ae, %be : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return %dw : memref<64x96xf32>
 }
 
 // -----

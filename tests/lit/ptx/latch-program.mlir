@@ -4,7 +4,7 @@
 // A whole Latch program (state, update, clipping, schedule, SGD with momentum) goes all the
 // way to sm_90 PTX: every piece of it, including the scalar schedule, becomes a kernel.
 
-// COUNT: 12
+// COUNT: 11
 // CHECK: gpu.binary "update_kernel"
 // CHECK: .target sm_90
 // Full reductions (the loss, the squared gradient norm) run as one block of 256 threads
@@ -13,14 +13,15 @@
 // buf' = m·buf + g; p' = p − lr·buf', storing both the parameter and the buffer.
 // The two products with the data matrix (the residual and the gradient) are contraction
 // kernels (latch_contract_*, after the other kernels); the gradient's output [64, 16] is
-// too small to fill the GPU, so it is split along k and update_kernel_4 adds the slices.
-// CHECK: gpu.binary "update_kernel_2"
+// too small to fill the GPU, so it is split along k and update_kernel_3 adds the slices; the residual writes its
+// sums into its zero-initialised output directly (the zero fill is gone).
+// CHECK: gpu.binary "update_kernel_1"
 // CHECK: .maxntid 256, 1, 1
 // CHECK: shfl.sync.bfly.b32
-// CHECK: gpu.binary "update_kernel_4"
+// CHECK: gpu.binary "update_kernel_3"
 // CHECK: ld.global.b32
 // CHECK: add.rn.f32
-// CHECK: gpu.binary "update_kernel_7"
+// CHECK: gpu.binary "update_kernel_6"
 // CHECK: mul.rn.f32 [[MB:%r[0-9]+]],
 // CHECK: add.rn.f32 [[BUF:%r[0-9]+]],
 // CHECK: mul.rn.f32 [[STEP:%r[0-9]+]], {{%r[0-9]+}}, [[BUF]]
