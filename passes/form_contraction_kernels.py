@@ -781,9 +781,8 @@ def _ldmatrix(t: _Text, smem: str, stype: str, stage: str, row: str, col: str, t
 
 def _staging(con: Contraction, which: int, k_tile: int) -> tuple[str, int | None]:
     """How factor ``which`` reaches shared memory: ("k", input) when it is a bf16 input's
-    element as it is, contiguous along the single k dimension (16-byte ``cp.async``
-    copies); ("rows", input) when contiguous along its single row dimension (a transposed
-    operand); ("k-f32", input) / ("rows-f32", input) the same for an f32 input rounded to
+    element as it is, contiguous along k (16-byte ``cp.async`` copies); ("rows", input)
+    when contiguous along its rows (a transposed operand); ("k-f32", input) / ("rows-f32", input) the same for an f32 input rounded to
     bf16 in the product (a matmul output read by the next one): 32-byte vector loads,
     rounded and stored by the threads; ("load", None) otherwise.  The vector forms need K a
     whole number of k-tiles and 16-byte aligned chunks: every buffer a kernel sees is
@@ -811,13 +810,14 @@ def _staging(con: Contraction, which: int, k_tile: int) -> tuple[str, int | None
             mt.shape[-1] % 8 or offset % per_16_bytes or \
             any(st % per_16_bytes for st in strides[:-1]):
         return "load", None
-    row_group = "m" if which == 0 else "n"
-    if len(con.groups["k"]) == 1 and con.maps[i][-1] == ("d", con.groups["k"][0]):
-        return "k" + suffix, i
-    if len(con.groups[row_group]) == 1 and \
-            con.maps[i][-1] == ("d", con.groups[row_group][0]) and \
-            con.size(row_group) % 8 == 0:
-        return "rows" + suffix, i
+    # the input's unit-stride dimension must be the fastest loop of the group it walks (a
+    # group of several loops is flattened row-major) and a multiple of 8 long, so that 8
+    # consecutive flattened indices from a multiple of 8 are 8 consecutive elements
+    inner = con.maps[i][-1]
+    for group, how in (("k", "k"), ("m" if which == 0 else "n", "rows")):
+        dims = con.groups[group]
+        if dims and inner == ("d", dims[-1]) and con.sizes[dims[-1]] % 8 == 0:
+            return how + suffix, i
     return "load", None
 
 

@@ -183,6 +183,30 @@ def test_mma_fused_cast_and_strided_operand():
           a_layout="strided<[128, 1], offset: 16>")
 
 
+@pytest.mark.parametrize("sizes,idx,how", [
+    ({"m": 40, "n": 24, "h": 2, "d": 32}, ("mhd", "nhd", "mn"), "device_async_copy"),
+    ({"p": 5, "q": 8, "n": 24, "k": 64}, ("kpq", "nk", "pqn"), "transpose = true"),
+], ids=["k-over-two-loops", "rows-over-two-loops"])
+def test_mma_copies_operands_whose_groups_span_loops(sizes, idx, how):
+    """A reduction over two loops (heads x head dim, an attention output's projection) or
+    rows over two loops: the operand is still copied 8 elements at a time when its
+    unit-stride dimension is the group's fastest loop and a multiple of 8 long."""
+    m = check(sizes, *idx)
+    text = str(m)
+    assert "nvgpu.device_async_copy" in text and how in text
+
+
+# the body of a bf16 x bf16 -> f32 product (a linalg.generic region, closing brace included)
+_BF16_PRODUCT_BODY = """  ^bb0(%x: bf16, %y: bf16, %acc: f32):
+    %xe = arith.extf %x : bf16 to f32
+    %ye = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xe, %ye : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+"""
+
+
 @pytest.mark.parametrize("a_idx,b_idx", [("mk", "nk"), ("km", "kn")],
                          ids=["along-k", "along-rows"])
 def test_mma_f32_operands_rounded_in_the_product(a_idx, b_idx):
@@ -226,14 +250,7 @@ func.func @main(%a: memref<40x64xbf16>, %b: memref<24x64xbf16>, %out: memref<40x
   linalg.generic {indexing_maps = [#a, #b, #c],
                   iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%a, %b : memref<40x64xbf16>, memref<24x64xbf16>) outs(%c : memref<40x24xf32>) {
-  ^bb0(%x: bf16, %y: bf16, %acc: f32):
-    %xe = arith.extf %x : bf16 to f32
-    %ye = arith.extf %y : bf16 to f32
-    %p = arith.mulf %xe, %ye : f32
-    %s = arith.addf %acc, %p : f32
-    linalg.yield %s : f32
-  }
-  memref.copy %c, %out : memref<40x24xf32> to memref<40x24xf32>
+""" + _BF16_PRODUCT_BODY + """  memref.copy %c, %out : memref<40x24xf32> to memref<40x24xf32>
   return
 }
 """
@@ -333,14 +350,7 @@ func.func @main(%big: memref<48x128xbf16>, %b: memref<24x64xbf16>, %flat: memref
                   iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%a, %b : memref<40x64xbf16, strided<[128, 1], offset: 528>>, memref<24x64xbf16>)
       outs(%c : memref<40x24xf32>) {
-  ^bb0(%x: bf16, %y: bf16, %acc: f32):
-    %xe = arith.extf %x : bf16 to f32
-    %ye = arith.extf %y : bf16 to f32
-    %p = arith.mulf %xe, %ye : f32
-    %s = arith.addf %acc, %p : f32
-    linalg.yield %s : f32
-  }
-  return
+""" + _BF16_PRODUCT_BODY + """  return
 }
 """
     m, ctx = run_pass(text)
