@@ -595,17 +595,19 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
     """(gpu.module text, grid, block, dynamic shared bytes) of the tensor-core kernel.
 
     256 threads (8 warps, 2 x 4, each a 64x32 sub-tile) compute a 128x128 output tile; the
-    k-tiles of 32 pass through two shared-memory stages, so the copies of tile k+1 run
-    while the warps multiply tile k (one barrier per k-tile).  Each operand is staged one
-    of three ways (:func:`_staging`): ``"k"`` — its bf16 elements are contiguous along k:
-    16-byte ``cp.async`` copies (global -> shared, no registers) into a [rows][k] tile;
-    ``"rows"`` — contiguous along its rows (a transposed operand, e.g. the activations of
-    a weight gradient): ``cp.async`` into a [k][rows] tile, read back transposed; or
+    k-tiles of 32 pass through ``STAGES`` shared-memory stages in dynamic shared memory, so
+    the copies of tiles k+1 .. k+STAGES-1 are in flight while the warps multiply tile k
+    (one barrier per k-tile).  Each operand is staged as :func:`_staging` decides: ``"k"``
+    — its bf16 elements are contiguous along k: 16-byte ``cp.async`` copies (global ->
+    shared, no registers) into a [rows][k] tile; ``"rows"`` — contiguous along its rows (a
+    transposed operand, e.g. the activations of a weight gradient): ``cp.async`` into a
+    [k][rows] tile, read back transposed; ``"k-f32"``/``"rows-f32"`` — the same layouts
+    for an f32 input rounded to bf16 in the product, through 32-byte vector loads; or
     ``"load"`` — anything else (casts or index math fused in, unaligned): loaded and
     converted by the threads and stored into a [rows][k] tile.  Fragments are read with
-    ``ldmatrix`` (``.trans`` for "rows" tiles) and multiplied with ``mma.sync`` m16n8k16.
-    Tiles are padded by 8 elements per row so that the 8 rows an ``ldmatrix`` reads fall in
-    distinct banks."""
+    ``ldmatrix`` (``.trans`` for [k][rows] tiles) and multiplied with ``mma.sync``
+    m16n8k16.  Tiles are padded by 8 elements per row so that the 8 rows an ``ldmatrix``
+    reads fall in distinct banks."""
     BM, BN, BK, THREADS, STAGES = 128, 128, 32, 256, 4
     WM, WN = 64, 32                   # warp tile: 2 x 4 warps
     MT, NT = WM // 16, WN // 8        # mma tiles per warp
