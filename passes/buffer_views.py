@@ -1,6 +1,6 @@
 """Views of buffers and who writes them: which ops make a view of a memref, the allocation
 (or function argument) a view comes from, whether an op may write an allocation, and the
-generic that last wrote one — shared by the passes that reason about which buffer an op
+generic that last wrote one, which ops use one — shared by the passes that reason about which buffer an op
 reads or writes (latch-wrap-host-compute, its row reductions, latch-form-contraction-kernels
 and its one-hot scatter)."""
 from __future__ import annotations
@@ -22,6 +22,20 @@ def root(v):
 
 def _op(o):
     return o.operation if hasattr(o, "operation") else o
+
+
+def users(alloc) -> list:
+    """Every op, at any depth, that uses the allocation ``alloc`` directly or through views
+    of it (the views themselves and deallocations not counted)."""
+    stack, found = [alloc], []
+    while stack:
+        for use in stack.pop().uses:
+            user = _op(use.owner)
+            if user.name in VIEW_OPS:
+                stack.extend(user.results)
+            elif user.name != "memref.dealloc":
+                found.append(user)
+    return found
 
 
 def last_writer(buffer, op):

@@ -54,7 +54,7 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, function_definitions
-from latch.passes.buffer_views import VIEW_OPS, last_writer, root
+from latch.passes.buffer_views import last_writer, root, users
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
@@ -306,11 +306,7 @@ def _zeroing_ops(op, c) -> list | None:
     fill = last_writer(ins[0], writer)
     if fill is None or not _writes_zero(fill):     # (readers in between change nothing)
         return None
-    source = root(ins[0])
-    others = [o for o in (_op(x) for x in op.operation.block.operations)
-              if o != fill and o != writer and o.name not in VIEW_OPS and
-              any(isinstance(v.type, ir.MemRefType) and root(v) == source
-                  for v in o.operands)]
+    others = [u for u in users(root(ins[0])) if u != fill and u != writer]
     return [writer] + ([] if others else [fill])      # the fill too when only the copy read it
 
 
@@ -335,16 +331,18 @@ def _writes_zero(generic) -> bool:
 
 
 def _reads_between(first, last, base) -> bool:
-    """Whether an op strictly between ``first`` and ``last`` (one block) uses the
-    allocation ``base`` other than by making a view of it."""
-    from mlir import ir
-
-    ops = [_op(o) for o in last.operation.block.operations]
-    start = next(i for i, o in enumerate(ops) if o == first)
-    end = next(i for i, o in enumerate(ops) if o == last)
-    return any(o.name not in VIEW_OPS and
-               any(isinstance(v.type, ir.MemRefType) and root(v) == base for v in o.operands)
-               for o in ops[start + 1:end])
+    """Whether an op strictly between ``first`` and ``last`` (one block), or one nested in
+    such an op, uses the allocation ``base`` other than by making a view of it."""
+    block = last.operation.block
+    ops = [_op(o) for o in block.operations]
+    between = ops[next(i for i, o in enumerate(ops) if o == first) + 1:
+                  next(i for i, o in enumerate(ops) if o == last)]
+    for user in users(base):
+        while user.parent is not None and user.block != block:
+            user = _op(user.parent)                  # the op of ``block`` holding it
+        if any(user == o for o in between):
+            return True
+    return False
 
 
 def _is_indicator(value, op, inputs) -> bool:

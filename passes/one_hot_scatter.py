@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.buffer_views import VIEW_OPS, last_writer, may_write, root
+from latch.passes.buffer_views import last_writer, may_write, root, users
 from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
                                        index_constant, load_inputs)
 
@@ -345,14 +345,5 @@ def erase_dead_mask_writer(sc: Scatter) -> None:
         return
     writer = sc.space
     seg = list(ir.DenseI32ArrayAttr(writer.attributes["operandSegmentSizes"]))
-    stack, users = [root(list(writer.operands)[seg[0]])], []
-    while stack:
-        v = stack.pop()
-        for use in v.uses:
-            user = _op(use.owner)
-            if user.name in VIEW_OPS:
-                stack.extend(user.results)
-            elif user.name != "memref.dealloc":
-                users.append(user)
-    if all(u == writer for u in users):
+    if all(u == writer for u in users(root(list(writer.operands)[seg[0]]))):
         writer.erase()
