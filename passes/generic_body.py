@@ -48,10 +48,11 @@ def compare(predicate: str, a, b):
                                                     _PREDICATES[predicate])}).result
 
 
-def flat_launch(blocks: int, threads: int):
+def flat_launch(blocks: int, threads: int, span: int | None = None):
     """A 1-D ``gpu.launch`` of ``blocks`` x ``threads`` at the current insertion point, with
-    its terminator; returns (its body block, the terminator, the global thread number
-    ``blockIdx.x * threads + threadIdx.x`` computed at the top of the body)."""
+    its terminator; returns (its body block, the terminator, the thread's first iteration
+    ``blockIdx.x * span + threadIdx.x`` computed at the top of the body; ``span`` — the
+    iterations a block covers — defaults to ``threads``)."""
     from mlir import ir
     from mlir.dialects import gpu
 
@@ -64,7 +65,7 @@ def flat_launch(blocks: int, threads: int):
         linear = tid
         if blocks > 1:
             scaled = ir.Operation.create("arith.muli", [index],
-                                         [bid, index_constant(threads)]).result
+                                         [bid, index_constant(span or threads)]).result
             linear = ir.Operation.create("arith.addi", [index], [scaled, tid]).result
         end = ir.Operation.create("gpu.terminator", [])
     return body, end, linear

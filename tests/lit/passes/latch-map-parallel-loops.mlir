@@ -1,5 +1,6 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops)' | FileCheck %s
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{block=64})' | FileCheck %s --check-prefix=B64
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{per-thread=4 min-blocks=1},canonicalize,cse)' | FileCheck %s --check-prefix=E4
 // Each top-level scf.parallel with constant bounds becomes one 1-D gpu.launch over its
 // flattened iteration space, the first loop varying fastest; lower bounds and steps are
 // applied after the split; threads past the end are masked.  Here (1..10 step 3) x
@@ -65,6 +66,100 @@ func.func @dynamic(%a: memref<?xf32>, %n: index) {
   %z = arith.constant 0.0 : f32
   scf.parallel (%i) = (%c0) to (%n) step (%c1) {
     memref.store %z, %a[%i] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
+
+// -----
+// Several iterations per thread (per-thread=4 min-blocks=1; by default a kernel needs
+// 2048 blocks after the split): 4 x 1024 iterations -> 4 blocks of 256 threads, each
+// covering 1024 consecutive iterations in 4 coalesced steps; the block's span lies within a
+// row, so the later steps only move the column index.  The in-place update reads y where
+// it writes it, so all 8 loads come before the arithmetic and stores.
+// By default the 16 blocks are too few to split: one iteration per thread.
+// CHECK-LABEL: func.func @axpy(
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c16, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// CHECK-COUNT-2: memref.load
+// CHECK-NOT: memref.load
+// CHECK: gpu.terminator
+// E4-LABEL: func.func @axpy(
+// E4: gpu.launch blocks({{.*}}) in ({{.*}} = %c4, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// E4: %[[B:.*]] = arith.muli %{{.*}}, %c1024
+// E4: %[[L:.*]] = arith.addi %[[B]], %{{.*}}
+// E4: %[[J:.*]] = arith.remui %[[L]], %c1024
+// E4: %[[I:.*]] = arith.divui %[[L]], %c1024
+// E4: %[[J1:.*]] = arith.addi %[[J]], %c256
+// E4: %[[J2:.*]] = arith.addi %[[J]], %c512
+// E4: %[[J3:.*]] = arith.addi %[[J]], %c768
+// E4-COUNT-8: memref.load
+// E4: arith.mulf
+// E4: memref.store %{{.*}}, %arg1[%[[I]], %[[J]]]
+// E4: memref.store %{{.*}}, %arg1[%[[I]], %[[J1]]]
+// E4: memref.store %{{.*}}, %arg1[%[[I]], %[[J2]]]
+// E4: memref.store %{{.*}}, %arg1[%[[I]], %[[J3]]]
+// E4-NOT: memref.load
+// E4: gpu.terminator
+func.func @axpy(%x: memref<4x1024xf32>, %y: memref<4x1024xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c1024 = arith.constant 1024 : index
+  %two = arith.constant 2.0 : f32
+  scf.parallel (%j, %i) = (%c0, %c0) to (%c1024, %c4) step (%c1, %c1) {
+    %a = memref.load %x[%i, %j] : memref<4x1024xf32>
+    %b = memref.load %y[%i, %j] : memref<4x1024xf32>
+    %m = arith.mulf %a, %two : f32
+    %s = arith.addf %m, %b : f32
+    memref.store %s, %y[%i, %j] : memref<4x1024xf32>
+    scf.reduce
+  }
+  return
+}
+
+// -----
+// An iteration reads an element another one writes (y[i+1] -> y[i], through a view of
+// the same buffer): the 2 iterations of each thread run one after the other, load then
+// store.  512 iterations do not fill whole blocks of 4 x 256, so 2 per thread.
+// E4-LABEL: func.func @shifted(
+// E4: gpu.launch blocks({{.*}}) in ({{.*}} = %c1, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// E4: memref.load
+// E4-NEXT: memref.store
+// E4: memref.load
+// E4-NEXT: memref.store
+// E4-NEXT: gpu.terminator
+func.func @shifted(%y: memref<513xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = arith.constant 512 : index
+  %v = memref.subview %y[1] [512] [1] : memref<513xf32> to memref<512xf32, strided<[1], offset: 1>>
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %a = memref.load %v[%i] : memref<512xf32, strided<[1], offset: 1>>
+    memref.store %a, %y[%i] : memref<513xf32>
+    scf.reduce
+  }
+  return
+}
+
+// -----
+// A body with a loop in it keeps one iteration per thread.
+// E4-LABEL: func.func @rows(
+// E4: gpu.launch blocks({{.*}}) in ({{.*}} = %c4, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// E4: scf.for
+// E4-NOT: scf.for
+func.func @rows(%x: memref<1024x8xf32>, %y: memref<1024xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %n = arith.constant 1024 : index
+  %z = arith.constant 0.0 : f32
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %s = scf.for %k = %c0 to %c8 step %c1 iter_args(%acc = %z) -> f32 {
+      %a = memref.load %x[%i, %k] : memref<1024x8xf32>
+      %t = arith.addf %acc, %a : f32
+      scf.yield %t : f32
+    }
+    memref.store %s, %y[%i] : memref<1024xf32>
     scf.reduce
   }
   return
