@@ -19,6 +19,7 @@ PASSES: dict[str, str] = {
     "latch-lower-collectives": "lower_collectives:LowerCollectives",
     "latch-schedule-collectives": "schedule_collectives:ScheduleCollectives",
     "latch-rematerialize-masks": "rematerialize_masks:RematerializeMasks",
+    "latch-recompute-elementwise": "recompute_elementwise:RecomputeElementwise",
     "latch-plan-memory": "plan_memory:PlanMemory",
     "latch-wrap-host-compute": "wrap_host_compute:WrapHostCompute",
     "latch-form-contraction-kernels": "form_contraction_kernels:FormContractionKernels",

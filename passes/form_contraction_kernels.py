@@ -39,7 +39,9 @@ and a), *n* (output and b), *k* (reduction, a and b) — and each group is flatt
 kernels (grid: n tiles x m tiles x batch).  Tile edges are handled by clamped loads whose
 out-of-range k values are zero and by guarded stores.  Contractions the kernels do not
 cover (other body ops, integer or f64 types, dynamic shapes, a broadcast output
-dimension) are left to ``latch-form-kernels``.
+dimension) are left to ``latch-form-kernels``, and so are those a tile would mostly waste:
+at most 16 outputs per batch entry (a batch of dot products: row reductions, a warp each)
+or at most 8 terms per sum (a weighted sum: a loop per output element).
 
 Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16),
 ``scatter`` (bool, default true: one-hot products as scatter kernels; false keeps them
@@ -175,6 +177,17 @@ def side_of(value, block, inputs_maps, n_inputs):
     return Operand(value, ops, sorted(args), dims, captured)
 
 
+# a product whose rows x columns (per batch entry) are at most this many is a batch of
+# dot products (the MoE combine: each token's two expert outputs weighted by a
+# [tokens, 2, d] x [tokens, d] product): a 64 x 64 output tile per batch entry would waste
+# all but a few of its threads, so latch-wrap-host-compute's row reductions take it (a
+# warp per dot product)
+_TINY_OUTPUT = 16
+# ... and one whose reduction has at most this many terms (the MoE combine's two experts:
+# [tokens, 2, d] x [tokens, 2] -> [tokens, d]) is a weighted sum, a loop per output element
+_TINY_REDUCTION = 8
+
+
 def match_contraction(op) -> Contraction | None:
     from mlir import ir
 
@@ -256,6 +269,10 @@ def match_contraction(op) -> Contraction | None:
             groups["m"].append(d)
     if math.prod(sizes[d] for d in groups["k"]) == 1:
         return None                 # no reduction (only unit ones): elementwise work
+    if math.prod(sizes[d] for d in groups["m"] + groups["n"]) <= _TINY_OUTPUT:
+        return None                 # a few dot products per batch entry: row reductions
+    if math.prod(sizes[d] for d in groups["k"]) <= _TINY_REDUCTION:
+        return None                 # a weighted sum of a few terms: elementwise work
 
     def bf16_widened(side):
         v = side.value

@@ -41,13 +41,17 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     NamedPipeline(
         "latch-bufferize",
         "stage 'buffers': linalg on tensors -> linalg on memrefs (one-shot bufferization "
-        "across function boundaries, identity layouts; one-hot masks recomputed in each "
+        "across function boundaries, identity layouts; one-hot masks and cheap elementwise "
+        "producers recomputed in each "
         "reader; gradient buckets of data-parallel programs reduced as soon as they are "
         "final) and the static memory plan",
-        ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops)",
+        ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops, "
+         "linalg-fold-unit-extent-dims)",
          # twice: a mask fused with its 0/1 conversion and transpose can have readers again
-         "latch-rematerialize-masks", "linalg-fuse-elementwise-ops",
-         "latch-rematerialize-masks", "linalg-fuse-elementwise-ops", "latch-lower-collectives",
+         "latch-rematerialize-masks", "latch-recompute-elementwise",
+         "linalg-fuse-elementwise-ops",
+         "latch-rematerialize-masks", "latch-recompute-elementwise",
+         "linalg-fuse-elementwise-ops", "latch-lower-collectives",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
@@ -79,7 +83,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "stage 'buffers' for the cpu target: bufferize, turn results into caller-owned "
         "out-parameters (pinned state), carry out the memory plan (one arena, views at the "
         "planned offsets), free the arena on return, lower linalg to loops",
-        ("func.func(linalg-fuse-elementwise-ops)",
+        ("latch-recompute-elementwise", "func.func(linalg-fuse-elementwise-ops)",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries=true "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",

@@ -10,8 +10,9 @@ XLA's heap simulator work alike).
 
 Results are recorded as attributes, so later stages and ``prog.report()`` can read them:
 ``latch.offset`` (i64) on each planned alloc, and on the function ``latch.arena_bytes``
-(the arena size) and ``latch.buffer_bytes`` (the sum of all planned buffers, i.e. what
-allocating each separately would take).
+(the arena size) and ``latch.buffer_bytes`` (the sum of all planned buffers, each rounded
+up to the alignment, i.e. what allocating each separately would take — never less than the
+arena).
 
 Options: ``alignment`` (bytes, default 256 — what cudaMalloc guarantees); ``materialize``
 (default false): also carry the plan out — allocate one ``memref<Nxi8>`` arena at the top
@@ -165,7 +166,7 @@ class PlanMemory(ModulePass):
                 b.op.attributes["latch.offset"] = ir.IntegerAttr.get(i64, b.offset)
             func_op.attributes["latch.arena_bytes"] = ir.IntegerAttr.get(i64, arena)
             func_op.attributes["latch.buffer_bytes"] = ir.IntegerAttr.get(
-                i64, sum(b.size for b in buffers))
+                i64, sum(_align(b.size, self.alignment) for b in buffers))
             if self.materialize and buffers:
                 _materialize(body, buffers, arena, self.alignment)
 

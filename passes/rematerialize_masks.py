@@ -98,7 +98,7 @@ class RematerializeMasks(ModulePass):
             for op in [_op(o) for o in func_op.regions[0].blocks[0].operations]:
                 if not _is_cheap_mask(op, self.min_ratio):
                     continue
-                _read_through_unit_expansions(op)
+                read_through_unit_expansions(op)
                 uses = [(u.owner, u.operand_number) for u in op.results[0].uses]
                 for owner, number in uses[1:]:
                     owner = _op(owner)
@@ -106,7 +106,7 @@ class RematerializeMasks(ModulePass):
                     owner.operands[number] = copy.results[0]
 
 
-def _read_through_unit_expansions(op) -> None:
+def read_through_unit_expansions(op) -> None:
     """Inputs of generic ``op`` that are ``tensor.expand_shape``s adding only unit dims,
     read there at constant 0: read the source, drop those results of the indexing map."""
     from mlir import ir

@@ -19,7 +19,7 @@ the return:
 * ``memref.copy`` of rank ≥ 1 becomes a copying ``linalg.generic`` (a parallel op, so it
   becomes an ordinary elementwise kernel); of rank 0 a ``memref.load`` + ``memref.store``.
 * A full sum reduction (a linalg.generic whose loops are all reductions into a 0-d f32/f64
-  buffer, with body ``acc + e``) becomes one ``gpu.launch`` of ``reduce-threads`` threads
+  buffer, with body ``acc + e``, or an i32/i64 one with ``addi``: a count) becomes one ``gpu.launch`` of ``reduce-threads`` threads
   (default 256; 0 turns this off): each thread sums a strided slice of the iteration space
   in a register, ``gpu.all_reduce add`` combines the partial sums (shuffles + shared memory
   after NVVM lowering) and thread 0 adds the total to the output.  Other reductions without
@@ -971,9 +971,9 @@ def _spillable(t) -> bool:
 # -- full reductions: one block, strided partial sums, gpu.all_reduce ---------------------------
 
 def _sum_reduction(op):
-    """(block, acc arg, the addf, the summand) if ``op`` is a linalg.generic whose loops are
-    all reductions into one 0-d f32/f64 output with body ``acc + e`` (e independent of acc),
-    over static shapes; else None."""
+    """(block, acc arg, the add, the summand) if ``op`` is a linalg.generic whose loops are
+    all reductions into one 0-d f32/f64 (``addf``) or i32/i64 (``addi``: a count) output
+    with body ``acc + e`` (e independent of acc), over static shapes; else None."""
     from mlir import ir
 
     if op.name != "linalg.generic" or len(op.regions) != 1:
@@ -990,13 +990,14 @@ def _sum_reduction(op):
     out_t = outs[0].type
     if not isinstance(out_t, ir.MemRefType) or ir.MemRefType(out_t).rank != 0:
         return None
-    if str(ir.MemRefType(out_t).element_type) not in ("f32", "f64"):
+    elt = str(ir.MemRefType(out_t).element_type)
+    if elt not in ("f32", "f64", "i32", "i64"):
         return None
     for v in op.operands:
         if not isinstance(v.type, ir.MemRefType) or not ir.MemRefType(v.type).has_static_shape:
             return None
     found = accumulation(op)
-    if found is None or found[2].name != "arith.addf":
+    if found is None or found[2].name != ("arith.addi" if elt.startswith("i") else "arith.addf"):
         return None
     return found
 
@@ -1057,10 +1058,15 @@ _ITEMS_PER_BLOCK = 16384
 _MAX_BLOCKS = 1024
 
 
+def _add_name(t) -> str:
+    from mlir import ir
+    return "arith.addi" if isinstance(t, ir.IntegerType) else "arith.addf"
+
+
 def _add_to(out, total, ftype) -> None:
     from mlir import ir
     old = ir.Operation.create("memref.load", [ftype], [out]).result
-    new_v = ir.Operation.create("arith.addf", [ftype], [old, total]).result
+    new_v = ir.Operation.create(_add_name(ftype), [ftype], [old, total]).result
     ir.Operation.create("memref.store", [], [new_v, out])
 
 
@@ -1085,8 +1091,9 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
     lb = launch.regions[0].blocks[0]
     with ir.InsertionPoint(lb):
         bid, tx = lb.arguments[0], lb.arguments[3]
-        zero = ir.Operation.create("arith.constant", [ftype],
-                                   attributes={"value": ir.FloatAttr.get(ftype, 0.0)}).result
+        zero = ir.Operation.create("arith.constant", [ftype], attributes={"value": (
+            ir.IntegerAttr.get(ftype, 0) if isinstance(ftype, ir.IntegerType)
+            else ir.FloatAttr.get(ftype, 0.0))}).result
         start = tx
         if blocks > 1:
             scaled = ir.Operation.create("arith.muli", [index], [bid, index_constant(threads)]).result
@@ -1097,7 +1104,7 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
             partial = loop.inner_iter_args[0]
             if op is None:
                 e = ir.Operation.create("memref.load", [ftype], [ins[0], linear]).result
-                scf.YieldOp([ir.Operation.create("arith.addf", [ftype], [partial, e]).result])
+                scf.YieldOp([ir.Operation.create(_add_name(ftype), [ftype], [partial, e]).result])
             else:
                 scf.YieldOp([_body_at(block, acc, add, ins, maps, ranges, linear, partial)])
         total = ir.Operation.create(

@@ -962,9 +962,11 @@ def test_launches_beyond_cuda_grid_limits_are_a_compile_error():
 @pytest.mark.parametrize("precision,instruction", [("fp32", "fma.rn.f32"),
                                                    ("bf16", "mma.sync.aligned.m16n8k16")])
 def test_every_matmul_of_the_mlp_is_a_contraction_kernel(precision, instruction):
-    """The MLP's 3 forward matmuls and 5 backward ones (3 weight gradients, 2 input
-    gradients) each launch a generated contraction kernel: tensor cores (mma.sync) for
-    bf16, FMA register tiles for fp32 (never TF32)."""
+    """The MLP's (8 -> 32 -> 32 -> 4) forward matmuls and backward ones (3 weight
+    gradients, 2 input gradients) each launch a generated contraction kernel — tensor
+    cores (mma.sync) for bf16, FMA register tiles for fp32 (never TF32) — except the two
+    that sum at most 8 terms per output (fc1's product over the 8 inputs, and the input
+    gradient of fc3 over its 4 outputs): those are elementwise loops."""
     import latch
     from latch import optim
     sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
@@ -974,7 +976,7 @@ def test_every_matmul_of_the_mlp_is_a_contraction_kernel(precision, instruction)
     prog = latch.compile(model, optim.SGD(0.1), example, target="cuda", precision=precision)
     launches = [la for la in prog.manifest["launches"]
                 if la["module"].startswith("latch_contract")]
-    assert len(launches) == 8
+    assert len(launches) == 6
     for la in launches:
         ptx = prog.files[prog.manifest["modules"][la["module"]]].decode()
         assert instruction in ptx, la["module"]

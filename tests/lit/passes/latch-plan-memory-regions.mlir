@@ -4,7 +4,7 @@
 // inside the region is planned normally.
 
 // CHECK-LABEL: func.func @select(
-// CHECK-SAME: latch.arena_bytes = 256 : i64, latch.buffer_bytes = 64 : i64
+// CHECK-SAME: latch.arena_bytes = 256 : i64, latch.buffer_bytes = 256 : i64
 // CHECK: %[[A:.*]] = memref.alloc() {latch.pinned} : memref<16xf32>
 // CHECK: %[[B:.*]] = memref.alloc() {latch.offset = 0 : i64} : memref<16xf32>
 func.func @select(%c: i1, %x: memref<16xf32>, %out: memref<16xf32>) {

@@ -624,3 +624,28 @@ func.func @acc_read_twice(%x: memref<4x1024xf32>, %m: memref<4xi8>) {
   }
   return
 }
+
+// -----
+// An integer sum (a count of valid tokens) takes the same block reduction, with addi.
+// CHECK-LABEL: func.func @count_valid(
+// CHECK: gpu.launch
+// CHECK:   scf.for {{.*}} -> (i64)
+// CHECK:     arith.cmpi ne
+// CHECK:     arith.extui
+// CHECK:     arith.addi
+// CHECK:   gpu.all_reduce add %{{.*}} uniform
+// CHECK:   scf.if
+// CHECK:     memref.load %arg1[]
+// CHECK:     arith.addi
+// CHECK-NOT: linalg.generic
+func.func @count_valid(%t: memref<4096xi64>, %n: memref<i64>) -> memref<i64> {
+  %ignore = arith.constant -100 : i64
+  linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%t : memref<4096xi64>) outs(%n : memref<i64>) {
+  ^bb0(%a: i64, %o: i64):
+    %v = arith.cmpi ne, %a, %ignore : i64
+    %e = arith.extui %v : i1 to i64
+    %s = arith.addi %e, %o : i64
+    linalg.yield %s : i64
+  }
+  return %n : memref<i64>
+}

@@ -1,0 +1,424 @@
+"""``latch-recompute-elementwise``: one copy of an elementwise producer per reader, where
+recomputing it moves no more memory than reading it back (stage 'buffers', on tensors,
+before ``linalg-fuse-elementwise-ops``).
+
+Elementwise fusion moves a producer into its reader only when it has one reader.  A
+softmax's or a cross-entropy's intermediate has several — ``x - max`` is read by the sum of
+exponentials and by the log-softmax; the log-softmax by the loss and by its backward — so
+each is materialized: at B32 the TinyMoE update wrote and read back nine full
+``[32768, 32768]`` f32 tensors (4.3 GB each) between the LM head's product and its
+gradient.  This pass clones such a producer once for each further reader; each copy then
+fuses into its reader, which reads the producer's inputs instead of its result.
+
+A producer qualifies when:
+
+* it is an all-parallel ``linalg.generic`` on tensors with one result of static shape, an
+  invertible output map, and a body of pure scalar code (``arith``/``math``, no regions, no
+  reads of its output's initial value);
+* at most one input is large (holds more than an eighth as many elements as the result), so
+  a reader that computes it reads at most one tensor the size of the one it reads now;
+* it has 2 to ``max-readers`` readers, each a ``linalg.generic`` that takes it as an input
+  indexed by all of its loops (every element read once — a row reduction qualifies, a
+  contraction, which reads each element once per column of the other operand, does not:
+  products keep reading materialized operands, as latch-form-contraction-kernels wants).
+
+Two rewrites come first, giving more producers that qualify:
+
+* a ``tensor.extract`` of such a producer's result (the loss's gather of the log-softmax at
+  the targets) computes the producer's body on the extracted elements of its inputs;
+* a generic whose reduction loops all run once, accumulating into a filled output (the
+  one-hot scatter of the loss's gradient: ``g[i, j] += (t[i, k] == j) * c`` over ``k < 1``
+  into zeros), is elementwise: those loops are dropped (indexed at 0) and the fill's value
+  is read instead of the output.
+
+Producers are visited last to first, so that a chain (``a -> b -> {c, d}``) is unfolded in
+one sweep: ``b``'s copies become readers of ``a``.
+
+Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-recompute-elementwise,
+func.func(linalg-fuse-elementwise-ops))'``
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from latch.passes.base import ModulePass, function_definitions
+from latch.passes.rematerialize_masks import read_through_unit_expansions
+
+
+def _op(o):
+    return o.operation if hasattr(o, "operation") else o
+
+
+def _numel(t) -> int:
+    from mlir import ir
+
+    if not isinstance(t, ir.ShapedType):
+        return 1
+    shaped = ir.ShapedType(t)
+    return math.prod(shaped.shape) if shaped.has_static_shape else -1
+
+
+def _segments(op) -> tuple[int, int]:
+    from mlir import ir
+
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    return seg[0], seg[1]
+
+
+def _maps(op) -> list:
+    from mlir import ir
+
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _n_loops(op) -> int:
+    from mlir import ir
+
+    return len(ir.ArrayAttr(op.attributes["iterator_types"]))
+
+
+def _is_recomputable(op) -> bool:
+    from mlir import ir
+
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return False
+    if not isinstance(op.results[0].type, ir.RankedTensorType):
+        return False
+    if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return False
+    n_in, n_out = _segments(op)
+    if n_out != 1 or not _maps(op)[-1].is_permutation:
+        return False
+    block = op.regions[0].blocks[0]
+    if any(True for _ in block.arguments[len(block.arguments) - 1].uses):
+        return False                                  # reads its output's initial value
+    for inner in block.operations:
+        inner = _op(inner)
+        if inner.regions or not (inner.name.startswith(("arith.", "math."))
+                                 or inner.name in ("linalg.index", "linalg.yield")):
+            return False
+    out = _numel(op.results[0].type)
+    sizes = [_numel(v.type) for v in list(op.operands)[:n_in]]
+    if out <= 0 or any(s < 0 for s in sizes):
+        return False
+    return sum(1 for s in sizes if s * 8 > out) <= 1 and all(s <= out for s in sizes)
+
+
+def _readers(value, path=()) -> list | None:
+    """(reshapes on the way, reader, operand number) for each use of ``value``; None if a
+    reader is not a ``linalg.generic`` taking the value as an input indexed by all of its
+    loops (a permutation: every element read once).  Readers through a reshape do not
+    count: elementwise fusion folds a reshape only where every operand of the generic on
+    the other side is indexed by a projected permutation, which a keepdim row statistic
+    (``[N, 1]`` read at ``(i, 0)``) is not — a copy for such a reader would stay a
+    separate kernel."""
+    out = []
+    for use in value.uses:
+        user, number = _op(use.owner), use.operand_number
+        if user.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            inner = _readers(user.results[0], path + (user,))
+            if inner is None:
+                return None
+            out.extend(inner)
+            continue
+        if user.name != "linalg.generic":
+            return None
+        n_in, _ = _segments(user)
+        m = _maps(user)[number] if number < n_in else None
+        if m is None or not m.is_permutation or m.n_dims != _n_loops(user):
+            return None
+        out.append((path, user, number))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RecomputeElementwise(ModulePass):
+    name = "latch-recompute-elementwise"
+    summary = ("clone an elementwise producer once per reader when recomputing it reads no "
+               "more than reading its result, so each copy fuses into its reader")
+    max_readers: int = 4
+
+    def apply(self, module) -> None:
+        from mlir import ir
+
+        for func_op in function_definitions(module):
+            for op in [_op(o) for o in func_op.regions[0].blocks[0].operations]:
+                if op.name == "linalg.generic":
+                    _drop_unit_reduction(op)
+                    _read_fill_instead_of_output(op)
+            while _compute_extracts(func_op):
+                pass
+            for op in reversed([_op(o) for o in func_op.regions[0].blocks[0].operations]):
+                if not _is_recomputable(op):
+                    continue
+                readers = _readers(op.results[0])
+                if readers is None or not 2 <= len(readers) <= self.max_readers:
+                    continue
+                for path, owner, number in readers[1:]:
+                    ip = ir.InsertionPoint(owner)
+                    value = op.clone(ip=ip).results[0]
+                    for reshape in path:
+                        copy = reshape.clone(ip=ip)
+                        copy.operands[0] = value
+                        value = copy.results[0]
+                    owner.operands[number] = value
+
+
+def _body_is_pure(op) -> bool:
+    for inner in op.regions[0].blocks[0].operations:
+        inner = _op(inner)
+        if inner.regions or not (inner.name.startswith(("arith.", "math."))
+                                 or inner.name in ("linalg.index", "linalg.yield")):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- extracts
+def _walk(op, name: str, found: list) -> list:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = _op(inner)
+                if inner.name == name:
+                    found.append(inner)
+                _walk(inner, name, found)
+    return found
+
+
+def _compute_extracts(func_op) -> bool:
+    """Replace each ``tensor.extract`` of an elementwise generic's result (a gather of a
+    log-softmax, say) by the generic's body computed on the elements of its inputs; True
+    if any was replaced (the inputs' extracts may now qualify in turn)."""
+    from mlir import ir
+
+    changed = False
+    for ex in _walk(func_op, "tensor.extract", []):
+        src = ex.operands[0]
+        if hasattr(src.owner, "arguments"):
+            continue
+        if _op(src.owner).name in ("tensor.collapse_shape", "tensor.expand_shape"):
+            _extract_through_reshape(ex)
+            changed = True
+            continue
+        prod = _op(src.owner)
+        if prod.name != "linalg.generic" or len(prod.results) != 1 or not _body_is_pure(prod):
+            continue
+        if any("parallel" not in str(a)
+               for a in ir.ArrayAttr(prod.attributes["iterator_types"])):
+            continue
+        maps = _maps(prod)
+        n_in, _ = _segments(prod)
+        out_map = maps[-1]
+        block = prod.regions[0].blocks[0]
+        if not out_map.is_permutation or any(True for _ in block.arguments[n_in].uses):
+            continue
+        if not all(isinstance(e, (ir.AffineDimExpr, ir.AffineConstantExpr))
+                   for m in maps[:n_in] for e in m.results):
+            continue
+        idx = list(ex.operands)[1:]
+        loops = [None] * out_map.n_dims
+        for k, e in enumerate(out_map.results):
+            loops[ir.AffineDimExpr(e).position] = idx[k]
+        index = ir.IndexType.get()
+        with ir.InsertionPoint(ex), ex.location:
+            mapping = {}
+            for k in range(n_in):
+                v = prod.operands[k]
+                if not isinstance(v.type, ir.RankedTensorType):
+                    mapping[block.arguments[k]] = v
+                    continue
+                at = []
+                for e in maps[k].results:
+                    if isinstance(e, ir.AffineDimExpr):
+                        at.append(loops[ir.AffineDimExpr(e).position])
+                    else:
+                        at.append(ir.Operation.create(
+                            "arith.constant", [index], attributes={"value": ir.IntegerAttr.get(
+                                index, ir.AffineConstantExpr(e).value)}).result)
+                mapping[block.arguments[k]] = ir.Operation.create(
+                    "tensor.extract", [block.arguments[k].type], [v] + at).result
+            value = None
+            for inner in block.operations:
+                inner = _op(inner)
+                if inner.name == "linalg.yield":
+                    value = mapping.get(inner.operands[0], inner.operands[0])
+                    break
+                if inner.name == "linalg.index":
+                    mapping[inner.results[0]] = loops[ir.IntegerAttr(inner.attributes["dim"]).value]
+                    continue
+                new = inner.clone()
+                for i, operand in enumerate(list(new.operands)):
+                    if operand in mapping:
+                        new.operands[i] = mapping[operand]
+                for old_r, new_r in zip(inner.results, new.results):
+                    mapping[old_r] = new_r
+        ex.results[0].replace_all_uses_with(value)
+        ex.erase()
+        changed = True
+    return changed
+
+
+# ----------------------------------------------------------------------------- unit reductions
+def _read_fill_instead_of_output(op) -> None:
+    """A generic reading a fill (an input, or the initial value of an all-parallel
+    generic's output): read the fill's value instead (the input is then unused, and the
+    output starts from an empty tensor), so the fill may go."""
+    from mlir import ir
+
+    if len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType):
+        return
+    n_in, n_out = _segments(op)
+    block = op.regions[0].blocks[0]
+    for k in range(n_in):                     # an input that is a fill: its value
+        arg = block.arguments[k]
+        if isinstance(op.operands[k].type, ir.ShapedType) and any(True for _ in arg.uses):
+            fill = _fill_value(op.operands[k])
+            if fill is not None:
+                arg.replace_all_uses_with(fill)
+    if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return
+    acc = block.arguments[n_in]
+    if n_out != 1 or not any(True for _ in acc.uses):
+        return
+    fill = _fill_value(op.operands[n_in])
+    if fill is None:
+        return
+    with ir.InsertionPoint(op), op.location:
+        empty = ir.Operation.create("tensor.empty", [op.operands[n_in].type]).result
+    acc.replace_all_uses_with(fill)
+    op.operands[n_in] = empty
+
+
+def _fill_value(v):
+    """The scalar a tensor value is filled with (a splat constant, ``linalg.fill``), or
+    None; created before the fill when it is a constant."""
+    from mlir import ir
+
+    if hasattr(v.owner, "arguments"):
+        return None
+    o = _op(v.owner)
+    if o.name == "linalg.fill":
+        return o.operands[0]
+    if o.name == "linalg.generic" and len(o.results) == 1:       # a generalized fill
+        n_in, _ = _segments(o)
+        block = o.regions[0].blocks[0]
+        body = [_op(x) for x in block.operations]
+        if len(body) == 1 and body[0].name == "linalg.yield":
+            y = body[0].operands[0]
+            for k in range(n_in):
+                if y == block.arguments[k] and not isinstance(o.operands[k].type, ir.ShapedType):
+                    return o.operands[k]
+    if o.name == "arith.constant":
+        attr = o.attributes["value"]
+        if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+            with ir.InsertionPoint(o), o.location:
+                return ir.Operation.create("arith.constant", [attr.get_splat_value().type],
+                                           attributes={"value": attr.get_splat_value()}).result
+    return None
+
+
+def _drop_unit_reduction(op) -> None:
+    """A generic whose reduction loops all run once, into a filled output (a one-hot
+    scatter: ``out[i, j] += (t[i, k] == j) * c`` with ``k < 1`` into zeros), is elementwise:
+    drop those loops (indexed at 0); :func:`_read_fill_instead_of_output` then reads the
+    fill's value instead of the output."""
+    from mlir import ir
+
+    if len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType):
+        return
+    its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    red = [d for d, t in enumerate(its) if "reduction" in t]
+    if not red or not _body_is_pure(op):
+        return
+    maps = _maps(op)
+    n_in, n_out = _segments(op)
+    if n_out != 1:
+        return
+    extent = {}
+    for v, m in zip(op.operands, maps):
+        if isinstance(v.type, ir.ShapedType):
+            for k, e in enumerate(m.results):
+                if isinstance(e, ir.AffineDimExpr):
+                    extent.setdefault(ir.AffineDimExpr(e).position, ir.ShapedType(v.type).shape[k])
+    if any(extent.get(d) != 1 for d in red):
+        return
+    init = op.operands[n_in]
+    block = op.regions[0].blocks[0]
+    acc = block.arguments[n_in]
+    if any(True for _ in acc.uses) and _fill_value(init) is None:
+        return
+    keep = [d for d in range(len(its)) if d not in red]
+    zero = ir.AffineConstantExpr.get(0)
+    repl = [zero if d in red else ir.AffineDimExpr.get(keep.index(d)) for d in range(len(its))]
+    new_maps = [_substitute(m, repl, len(keep)) for m in maps]
+    if not new_maps[-1].is_permutation:
+        return
+    with ir.InsertionPoint(op), op.location:
+        zero_index = ir.Operation.create("arith.constant", [ir.IndexType.get()],
+                                         attributes={"value": ir.IntegerAttr.get(
+                                             ir.IndexType.get(), 0)}).result
+    for inner in list(block.operations):
+        inner = _op(inner)
+        if inner.name == "linalg.index":
+            d = ir.IntegerAttr(inner.attributes["dim"]).value
+            if d in red:
+                inner.results[0].replace_all_uses_with(zero_index)
+                inner.erase()
+            else:
+                inner.attributes["dim"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), keep.index(d))
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    op.attributes["iterator_types"] = ir.ArrayAttr.get(
+        [ir.ArrayAttr(op.attributes["iterator_types"])[d] for d in keep])
+    read_through_unit_expansions(op)
+
+
+def _substitute(m, repl, n_dims):
+    """``m`` with dimension ``d`` replaced by the expression ``repl[d]`` (over ``n_dims``)."""
+    from mlir import ir
+
+    return ir.AffineMap.get(n_dims, m.n_symbols, [e.compose(ir.AffineMap.get(n_dims, 0, repl))
+                                                  for e in m.results])
+
+
+def _extract_through_reshape(ex) -> None:
+    """``tensor.extract`` of a reshape's result -> of its source, at the source's indices
+    (split by division and remainder for a collapse, combined for an expansion)."""
+    from mlir import ir
+
+    reshape = _op(ex.operands[0].owner)
+    src = reshape.operands[0]
+    groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)]
+              for g in ir.ArrayAttr(reshape.attributes["reassociation"])]
+    idx = list(ex.operands)[1:]
+    index = ir.IndexType.get()
+
+    def const(v):
+        return ir.Operation.create("arith.constant", [index], attributes={
+            "value": ir.IntegerAttr.get(index, v)}).result
+
+    def arith(name, a, b):
+        return ir.Operation.create(name, [index], [a, b]).result
+
+    with ir.InsertionPoint(ex), ex.location:
+        if reshape.name == "tensor.collapse_shape":
+            shape = ir.RankedTensorType(src.type).shape
+            at = [None] * len(shape)
+            for g, i in zip(groups, idx):
+                rest = i
+                for d in reversed(g[1:]):
+                    at[d] = arith("arith.remui", rest, const(shape[d]))
+                    rest = arith("arith.divui", rest, const(shape[d]))
+                at[g[0]] = rest
+        else:
+            shape = ir.RankedTensorType(reshape.results[0].type).shape
+            at = []
+            for g in groups:
+                lin = idx[g[0]]
+                for d in g[1:]:
+                    lin = arith("arith.addi", arith("arith.muli", lin, const(shape[d])), idx[d])
+                at.append(lin)
+        new = ir.Operation.create("tensor.extract", [ex.results[0].type], [src] + at).result
+    ex.results[0].replace_all_uses_with(new)
+    ex.erase()

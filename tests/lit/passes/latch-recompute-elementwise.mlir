@@ -1,0 +1,180 @@
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise)' | FileCheck %s
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise, func.func(linalg-fuse-elementwise-ops), canonicalize, cse)' | FileCheck %s --check-prefix=FUSED
+// An elementwise producer read by several generics, each reading every element once, is
+// cloned for each further reader; fused, each reader computes it from the producer's input.
+// A softmax-like chain: s = l - m, read by a row sum of exp(s) and by s * s.
+
+// CHECK-LABEL: func.func @two_readers(
+// CHECK-COUNT-2: arith.subf
+// FUSED-LABEL: func.func @two_readers(
+// FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%arg0, %arg1 :
+// FUSED: arith.subf
+// FUSED: math.exp
+// FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 :
+// FUSED: arith.subf
+// FUSED: arith.mulf
+// FUSED-NEXT: linalg.yield
+// FUSED-NEXT: }
+// FUSED-NEXT: return
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0, 0)>
+#rowr = affine_map<(d0, d1) -> (d0)>
+func.func @two_readers(%l: tensor<4x16xf32>, %m: tensor<4x1xf32>) -> (tensor<4x16xf32>, tensor<4xf32>) {
+  %e = tensor.empty() : tensor<4x16xf32>
+  %s = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%l, %m : tensor<4x16xf32>, tensor<4x1xf32>) outs(%e : tensor<4x16xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.subf %a, %b : f32
+      linalg.yield %d : f32
+  } -> tensor<4x16xf32>
+  %z = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<4xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %sum = linalg.generic {indexing_maps = [#id, #rowr], iterator_types = ["parallel", "reduction"]}
+      ins(%s : tensor<4x16xf32>) outs(%f1 : tensor<4xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %x = math.exp %a : f32
+      %y = arith.addf %x, %o : f32
+      linalg.yield %y : f32
+  } -> tensor<4xf32>
+  %g = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%s : tensor<4x16xf32>) outs(%e : tensor<4x16xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %x = arith.mulf %a, %a : f32
+      linalg.yield %x : f32
+  } -> tensor<4x16xf32>
+  return %g, %sum : tensor<4x16xf32>, tensor<4xf32>
+}
+
+// -----
+// A product reads each element of its operands once per column of the other: the
+// producer stays materialized (one generic computes it; the contraction reads it).
+// CHECK-LABEL: func.func @contraction_reader(
+// CHECK-COUNT-1: arith.subf
+// CHECK-NOT: arith.subf
+#a = affine_map<(i, j, k) -> (i, k)>
+#b = affine_map<(i, j, k) -> (k, j)>
+#c = affine_map<(i, j, k) -> (i, j)>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @contraction_reader(%l: tensor<8x8xf32>, %w: tensor<8x8xf32>, %acc: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %e = tensor.empty() : tensor<8x8xf32>
+  %s = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%l : tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %d = arith.subf %a, %a : f32
+      linalg.yield %d : f32
+  } -> tensor<8x8xf32>
+  %p = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%s, %w : tensor<8x8xf32>, tensor<8x8xf32>) outs(%acc : tensor<8x8xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %m = arith.mulf %x, %y : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  %g = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%s : tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %x = arith.mulf %a, %a : f32
+      linalg.yield %x : f32
+  } -> tensor<8x8xf32>
+  return %p, %g : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+// A producer that reads two full-size tensors stays: each reader would read two tensors
+// instead of one.
+// CHECK-LABEL: func.func @two_large_inputs(
+// CHECK-COUNT-1: arith.addf
+// CHECK-NOT: arith.addf
+#id3 = affine_map<(d0) -> (d0)>
+func.func @two_large_inputs(%x: tensor<64xf32>, %y: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>) {
+  %e = tensor.empty() : tensor<64xf32>
+  %s = linalg.generic {indexing_maps = [#id3, #id3, #id3], iterator_types = ["parallel"]}
+      ins(%x, %y : tensor<64xf32>, tensor<64xf32>) outs(%e : tensor<64xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.addf %a, %b : f32
+      linalg.yield %d : f32
+  } -> tensor<64xf32>
+  %g = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel"]}
+      ins(%s : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %m = arith.mulf %a, %a : f32
+      linalg.yield %m : f32
+  } -> tensor<64xf32>
+  %h = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel"]}
+      ins(%s : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %m = arith.negf %a : f32
+      linalg.yield %m : f32
+  } -> tensor<64xf32>
+  return %g, %h : tensor<64xf32>, tensor<64xf32>
+}
+
+// -----
+// A tensor.extract of an elementwise result (a gather of a log-softmax) computes the
+// producer's body on the extracted elements of its inputs.
+// CHECK-LABEL: func.func @gather(
+// CHECK: linalg.generic
+// CHECK: %[[R:.*]] = linalg.index 0
+// CHECK: %[[X:.*]] = tensor.extract %arg0[%[[R]], %{{.*}}] : tensor<4x16xf32>
+// CHECK: %[[M:.*]] = tensor.extract %arg1[%[[R]], %{{.*}}] : tensor<4x1xf32>
+// CHECK: %[[D:.*]] = arith.subf %[[X]], %[[M]]
+// CHECK: linalg.yield %[[D]]
+#gid = affine_map<(d0, d1) -> (d0, d1)>
+#grow = affine_map<(d0, d1) -> (d0, 0)>
+func.func @gather(%l: tensor<4x16xf32>, %m: tensor<4x1xf32>, %t: tensor<4xindex>) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4x16xf32>
+  %s = linalg.generic {indexing_maps = [#gid, #grow, #gid], iterator_types = ["parallel", "parallel"]}
+      ins(%l, %m : tensor<4x16xf32>, tensor<4x1xf32>) outs(%e : tensor<4x16xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.subf %a, %b : f32
+      linalg.yield %d : f32
+  } -> tensor<4x16xf32>
+  %e1 = tensor.empty() : tensor<4xf32>
+  %picked = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%t : tensor<4xindex>) outs(%e1 : tensor<4xf32>) {
+    ^bb0(%i: index, %o: f32):
+      %r = linalg.index 0 : index
+      %v = tensor.extract %s[%r, %i] : tensor<4x16xf32>
+      linalg.yield %v : f32
+  } -> tensor<4xf32>
+  return %picked : tensor<4xf32>
+}
+
+// -----
+// A reduction whose reduction loops all run once, into a zero-filled output (a one-hot
+// scatter), becomes elementwise: the unit loop is dropped and the fill's value read
+// instead of the output, so the fill goes and the one-hot fuses into its reader.
+// CHECK-LABEL: func.func @one_hot(
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #{{.*}}, #{{.*}}], iterator_types = ["parallel", "parallel"]}
+// CHECK-SAME: outs(%{{.*}} : tensor<4x16xf32>)
+// CHECK: arith.addf %{{.*}}, %{{.*}} : f32
+// CHECK-NEXT: linalg.yield
+// FUSED-LABEL: func.func @one_hot(
+// FUSED-NOT: dense<0.0
+// FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%arg0, %arg1 :
+// FUSED: arith.cmpi eq
+// FUSED-NOT: linalg.generic
+func.func @one_hot(%t: tensor<4x1x1xi64>, %iota: tensor<1x1x16xi64>) -> tensor<4xf32> {
+  %z = arith.constant dense<0.0> : tensor<4x16xf32>
+  %c = arith.constant -0.25 : f32
+  %oh = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%t, %iota : tensor<4x1x1xi64>, tensor<1x1x16xi64>) outs(%z : tensor<4x16xf32>) {
+    ^bb0(%a: i64, %b: i64, %o: f32):
+      %eq = arith.cmpi eq, %a, %b : i64
+      %f = arith.uitofp %eq : i1 to f32
+      %m = arith.mulf %f, %c : f32
+      %r = arith.addf %m, %o : f32
+      linalg.yield %r : f32
+  } -> tensor<4x16xf32>
+  %e1 = tensor.empty() : tensor<4xf32>
+  %z1 = arith.constant 0.0 : f32
+  %f1 = linalg.fill ins(%z1 : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%oh : tensor<4x16xf32>) outs(%f1 : tensor<4xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %y = arith.addf %a, %o : f32
+      linalg.yield %y : f32
+  } -> tensor<4xf32>
+  return %sum : tensor<4xf32>
+}
