@@ -56,7 +56,7 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, function_definitions
-from latch.passes.buffer_views import last_writer, root, users
+from latch.passes.buffer_views import VIEW_OPS, last_writer, root, users
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
@@ -99,6 +99,8 @@ class Contraction:
     captured: list             # external memrefs the factors load from (extra kernel args)
     indicator: int | None = None   # a factor that is a 0/1 mask (an i1 converted to f32)
     zeroed_by: list | None = None  # the ops that zeroed the whole output just before, if any
+    narrowed_by: object | None = None  # the generic that rounded the output to bf16, when
+                                       # the kernel writes that copy instead (c is then it)
 
     def size(self, group: str) -> int:
         n = 1
@@ -295,6 +297,102 @@ def match_contraction(op) -> Contraction | None:
                       if _is_indicator(s.value, op, values[:-1])), None)
     return Contraction(op, values[:-1], c, maps, sizes, groups, sides, mma, captured,
                        indicator, _zeroing_ops(op, c))
+
+
+# ops that may lie between a product and the rounding of its output that it takes over
+_INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")
+
+
+def _narrowing_reader(con: Contraction):
+    """The generic that rounds the (just zeroed) output of ``con`` to bf16 when the kernel
+    may write that copy directly: an all-parallel ``truncf`` copy with identity maps of
+    the whole output, the only reader of its allocation, right after the product (nothing
+    between but allocations, views and constants), into a buffer that shares no memory
+    with the product's operands (the memory plan may reuse their slots for a buffer that
+    is only live from the copy on).  None otherwise."""
+    from mlir import ir
+
+    op, c = con.op, con.c
+    base = root(c)
+    if hasattr(base.owner, "arguments"):
+        return None
+    others = [u for u in users(base) if u != op and
+              all(u != z for z in (con.zeroed_by or []))]
+    if len(others) != 1 or others[0].name != "linalg.generic":
+        return None
+    g = others[0]
+    if len(g.operands) != 2 or g.operands[0] != c or g.results:
+        return None
+    seg = list(ir.DenseI32ArrayAttr(g.attributes["operandSegmentSizes"]))
+    out = g.operands[1]
+    if seg != [1, 1] or out.type != ir.MemRefType.get(
+            ir.MemRefType(c.type).shape, ir.BF16Type.get()):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
+    if any(m != ir.AffineMap.get_identity(m.n_dims) for m in maps) or \
+            any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
+        return None
+    block = g.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    if len(body) != 2 or body[0].name != "arith.truncf" or \
+            body[0].operands[0] != block.arguments[0] or body[1].operands[0] != body[0].results[0]:
+        return None
+    ops = [_op(o) for o in op.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == op)
+    for between in ops[at + 1:]:
+        if between == g:
+            break
+        if between.name not in _INERT:
+            return None
+    else:
+        return None
+    span = _arena_span(out)
+    if span is not None and any(_overlaps(span, _arena_span(v))
+                                for v in list(con.inputs) + list(con.captured)):
+        return None
+    return g
+
+
+def _hoist_between(op, later) -> None:
+    """Move the (inert) ops between ``op`` and ``later`` in front of ``op``."""
+    ops = [_op(o) for o in op.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == op)
+    for between in ops[at + 1:]:
+        if between == later:
+            break
+        between.move_before(op)
+
+
+def _arena_span(v):
+    """(first byte, end) of the planned slot of the allocation ``v`` views, or None when it
+    is not one (a function argument, a pinned buffer)."""
+    from mlir import ir
+
+    base = root(v)
+    if hasattr(base.owner, "arguments"):
+        return None
+    alloc = _op(base.owner)
+    if "latch.offset" not in alloc.attributes:
+        return None
+    start = ir.IntegerAttr(alloc.attributes["latch.offset"]).value
+    t = ir.MemRefType(base.type)
+    n = math.prod(t.shape) * max(1, _elt_bits(t.element_type) // 8)
+    return start, start + n
+
+
+def _elt_bits(t) -> int:
+    from mlir import ir
+
+    for cls in (ir.IntegerType, ir.FloatType):
+        try:
+            return cls(t).width
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return 32
+
+
+def _overlaps(a, b) -> bool:
+    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
 def _zeroing_ops(op, c) -> list | None:
@@ -561,6 +659,9 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
         if k.splits > 1:
             w_type = workspace_type(con, k.splits)
             t.line(f"memref.store {value}, %C[{k.slice}, {idx}] : {w_type}")
+        elif k.overwrite and con.narrowed_by is not None:    # written rounded to bf16
+            narrow = t.emit(f"arith.truncf {value} : f32 to bf16")
+            t.line(f"memref.store {narrow}, %C[{idx}] : {con.c.type}")
         elif k.overwrite:              # the output was all zeros: no need to read it
             t.line(f"memref.store {value}, %C[{idx}] : {con.c.type}")
         else:
@@ -995,6 +1096,12 @@ class FormContractionKernels(ModulePass):
             splits = split_factor(grid, -(-con.size("k") // _K_TILE[make]))
             if splits > 1:
                 text, grid, block, shared = make(con, name, splits)
+            elif con.zeroed_by is not None:
+                narrowing = _narrowing_reader(con)
+                if narrowing is not None:   # write the bf16 copy its only reader makes
+                    _hoist_between(con.op, narrowing)    # its allocation comes first
+                    con.narrowed_by, con.c = narrowing, narrowing.operands[1]
+                    text, grid, block, shared = make(con, name)
             planned.append((con, name, text, grid, block, shared, splits))
         workspaces = _split_k_workspaces(planned)
         index = ir.IndexType.get()
@@ -1027,6 +1134,8 @@ class FormContractionKernels(ModulePass):
             if con.zeroed_by is not None and splits == 1:
                 for zeroing in con.zeroed_by:     # the kernel writes every element
                     zeroing.erase()
+            if con.narrowed_by is not None:
+                con.narrowed_by.erase()
 
 
 def _block_key(op) -> int:

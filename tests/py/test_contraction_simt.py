@@ -789,3 +789,57 @@ def test_vector_and_bit_ops():
     np.testing.assert_array_equal(outs[3].astype(np.float32).view(np.uint32), word)
     signed = np.where(word >= 2 ** 31, word - 2 ** 32, word)
     np.testing.assert_array_equal(outs[4], np.remainder(signed, 16) + 1)
+
+
+ROUNDED = """
+#ra = affine_map<(i, j, k) -> (i, k)>
+#rb = affine_map<(i, j, k) -> (k, j)>
+#rc = affine_map<(i, j, k) -> (i, j)>
+#rid = affine_map<(i, j) -> (i, j)>
+func.func @main(%x: memref<96x80xbf16>, %w: memref<80x72xbf16>) -> memref<96x72xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %acc = memref.alloc() {latch.offset = 0 : i64} : memref<96x72xf32>
+  linalg.generic {indexing_maps = [#rid], iterator_types = ["parallel", "parallel"]}
+      outs(%acc : memref<96x72xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#ra, #rb, #rc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<96x80xbf16>, memref<80x72xbf16>) outs(%acc : memref<96x72xf32>) {
+  ^bb0(%p: bf16, %q: bf16, %o: f32):
+    %pe = arith.extf %p : bf16 to f32
+    %qe = arith.extf %q : bf16 to f32
+    %m = arith.mulf %pe, %qe : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  %out = memref.alloc() {latch.offset = 32768 : i64} : memref<96x72xbf16>
+  linalg.generic {indexing_maps = [#rid, #rid], iterator_types = ["parallel", "parallel"]}
+      ins(%acc : memref<96x72xf32>) outs(%out : memref<96x72xbf16>) {
+  ^bb0(%v: f32, %o: bf16):
+    %t = arith.truncf %v : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return %out : memref<96x72xbf16>
+}
+"""
+
+
+@pytest.mark.parametrize("options", ["", "{mma=false}"])
+def test_rounded_output_written_by_the_kernel(options):
+    """A zeroed product read only by its bf16 rounding: the kernel stores the rounded sums
+    into the copy's buffer (edge tiles included: 96 x 72 is not a multiple of the tile) —
+    the same values as rounding the f32 sums."""
+    m, ctx = run_pass(ROUNDED, options)
+    host = str(m).split("gpu.module")[0]
+    assert "linalg.generic" not in host and "memref<96x72xbf16>)" in host
+    g = torch.Generator().manual_seed(3)
+    a = _bf16(torch.randn(96, 80, generator=g, dtype=torch.float64))
+    b = _bf16(torch.randn(80, 72, generator=g, dtype=torch.float64))
+    with ctx:
+        (got,) = Simt(m).run([a.numpy(), b.numpy()])
+    got = torch.from_numpy(np.asarray(got, np.float64))
+    ref = (a @ b).float().bfloat16().double()      # f32 sums (exact here up to order)
+    assert torch.equal(got, got.bfloat16().double())          # bf16 values
+    err = float((got - ref).norm() / ref.norm())
+    assert err < 2e-3, err

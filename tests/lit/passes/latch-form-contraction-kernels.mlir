@@ -583,3 +583,85 @@ func.func @rows_permuted(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memr
   }
   return
 }
+
+// -----
+// A just-zeroed output read only by a bf16 copy right after the product (autocast's
+// rounding of a matmul's result): the kernel writes the rounded values into the copy's
+// buffer (its allocation hoisted in front), and the fill and the copy go.
+// CHECK-LABEL: func.func @rounded(
+// CHECK: %[[OUT:.*]] = memref.alloc() {latch.offset = 16384 : i64} : memref<64x64xbf16>
+// CHECK: gpu.launch_func @latch_contract_{{[0-9]+}}::@contract {{.*}} args(%arg0 : memref<64x32xbf16>, %arg1 : memref<32x64xbf16>, %[[OUT]] : memref<64x64xbf16>)
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[OUT]]
+// CHECK: gpu.func @contract(%{{.*}}: memref<64x32xbf16>, %{{.*}}: memref<32x64xbf16>, %{{.*}}: memref<64x64xbf16>)
+// CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK-NEXT: memref.store %{{.*}} : memref<64x64xbf16>
+#ra = affine_map<(i, j, k) -> (i, k)>
+#rb = affine_map<(i, j, k) -> (k, j)>
+#rc = affine_map<(i, j, k) -> (i, j)>
+#rid = affine_map<(i, j) -> (i, j)>
+func.func @rounded(%x: memref<64x32xbf16>, %w: memref<32x64xbf16>) -> memref<64x64xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %acc = memref.alloc() {latch.offset = 0 : i64} : memref<64x64xf32>
+  linalg.generic {indexing_maps = [#rid], iterator_types = ["parallel", "parallel"]} outs(%acc : memref<64x64xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#ra, #rb, #rc], iterator_types = ["parallel", "parallel", "reduction"]} ins(%x, %w : memref<64x32xbf16>, memref<32x64xbf16>) outs(%acc : memref<64x64xf32>) {
+  ^bb0(%p: bf16, %q: bf16, %o: f32):
+    %pe = arith.extf %p : bf16 to f32
+    %qe = arith.extf %q : bf16 to f32
+    %m = arith.mulf %pe, %qe : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  %out = memref.alloc() {latch.offset = 16384 : i64} : memref<64x64xbf16>
+  linalg.generic {indexing_maps = [#rid, #rid], iterator_types = ["parallel", "parallel"]} ins(%acc : memref<64x64xf32>) outs(%out : memref<64x64xbf16>) {
+  ^bb0(%v: f32, %o: bf16):
+    %t = arith.truncf %v : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return %out : memref<64x64xbf16>
+}
+
+// -----
+// The same, but the memory plan gave the copy the slot of an operand that dies at the
+// product (live ranges that do not overlap): writing the copy from the kernel would
+// overwrite the operand while other blocks still read it, so the copy stays.
+// CHECK-LABEL: func.func @rounded_into_operand_slot(
+// CHECK: gpu.launch_func {{.*}} args({{.*}}, %{{.*}} : memref<64x64xf32>)
+// CHECK: linalg.generic
+// CHECK: arith.truncf
+#ra = affine_map<(i, j, k) -> (i, k)>
+#rb = affine_map<(i, j, k) -> (k, j)>
+#rc = affine_map<(i, j, k) -> (i, j)>
+#rid = affine_map<(i, j) -> (i, j)>
+func.func @rounded_into_operand_slot(%w: memref<32x64xbf16>) -> memref<64x64xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : bf16
+  %x = memref.alloc() {latch.offset = 16384 : i64} : memref<64x32xbf16>
+  linalg.generic {indexing_maps = [#rid], iterator_types = ["parallel", "parallel"]} outs(%x : memref<64x32xbf16>) {
+  ^bb0(%o: bf16):
+    linalg.yield %one : bf16
+  }
+  %acc = memref.alloc() {latch.offset = 0 : i64} : memref<64x64xf32>
+  linalg.generic {indexing_maps = [#rid], iterator_types = ["parallel", "parallel"]} outs(%acc : memref<64x64xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#ra, #rb, #rc], iterator_types = ["parallel", "parallel", "reduction"]} ins(%x, %w : memref<64x32xbf16>, memref<32x64xbf16>) outs(%acc : memref<64x64xf32>) {
+  ^bb0(%p: bf16, %q: bf16, %o: f32):
+    %pe = arith.extf %p : bf16 to f32
+    %qe = arith.extf %q : bf16 to f32
+    %m = arith.mulf %pe, %qe : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  %out = memref.alloc() {latch.offset = 16384 : i64} : memref<64x64xbf16>
+  linalg.generic {indexing_maps = [#rid, #rid], iterator_types = ["parallel", "parallel"]} ins(%acc : memref<64x64xf32>) outs(%out : memref<64x64xbf16>) {
+  ^bb0(%v: f32, %o: bf16):
+    %t = arith.truncf %v : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return %out : memref<64x64xbf16>
+}
