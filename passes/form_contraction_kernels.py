@@ -303,10 +303,22 @@ def match_contraction(op) -> Contraction | None:
 _INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")
 
 
-def _narrowing_reader(con: Contraction):
+def hoist_narrowed_outputs(block) -> None:
+    """Move the allocation of each bf16 copy that a contraction kernel will write directly
+    (:func:`_narrowing_reader`) in front of its product, so that ``latch-plan-memory``,
+    which runs before this pass, keeps that buffer apart from the product's operands."""
+    for op in list(block.operations):
+        con = match_contraction(_op(op))
+        if con is not None:          # zeroed or not: that is known after host code is wrapped
+            g = _narrowing_reader(con, check_slots=False)
+            if g is not None:
+                _hoist_between(con.op, g)
+
+
+def _narrowing_reader(con: Contraction, check_slots: bool = True):
     """The generic that rounds the (just zeroed) output of ``con`` to bf16 when the kernel
-    may write that copy directly: an all-parallel ``truncf`` copy with identity maps of
-    the whole output, the only reader of its allocation, right after the product (nothing
+    may write that copy directly: an all-parallel ``truncf`` copy of the whole output
+    (both indexed by one permutation of its loops), the only use of its allocation after the product, right after it (nothing
     between but allocations, views and constants), into a buffer that shares no memory
     with the product's operands (the memory plan may reuse their slots for a buffer that
     is only live from the copy on).  None otherwise."""
@@ -316,11 +328,12 @@ def _narrowing_reader(con: Contraction):
     base = root(c)
     if hasattr(base.owner, "arguments"):
         return None
-    others = [u for u in users(base) if u != op and
-              all(u != z for z in (con.zeroed_by or []))]
-    if len(others) != 1 or others[0].name != "linalg.generic":
+    ops = [_op(o) for o in op.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == op)
+    later = [u for u in users(base) if _position(u, ops) > at]    # what comes after it
+    if len(later) != 1 or later[0].name != "linalg.generic":
         return None
-    g = others[0]
+    g = later[0]
     if len(g.operands) != 2 or g.operands[0] != c or g.results:
         return None
     seg = list(ir.DenseI32ArrayAttr(g.attributes["operandSegmentSizes"]))
@@ -329,7 +342,7 @@ def _narrowing_reader(con: Contraction):
             ir.MemRefType(c.type).shape, ir.BF16Type.get()):
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
-    if any(m != ir.AffineMap.get_identity(m.n_dims) for m in maps) or \
+    if maps[0] != maps[1] or not maps[0].is_permutation or \
             any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
         return None
     block = g.regions[0].blocks[0]
@@ -337,8 +350,6 @@ def _narrowing_reader(con: Contraction):
     if len(body) != 2 or body[0].name != "arith.truncf" or \
             body[0].operands[0] != block.arguments[0] or body[1].operands[0] != body[0].results[0]:
         return None
-    ops = [_op(o) for o in op.operation.block.operations]
-    at = next(i for i, o in enumerate(ops) if o == op)
     for between in ops[at + 1:]:
         if between == g:
             break
@@ -346,11 +357,23 @@ def _narrowing_reader(con: Contraction):
             return None
     else:
         return None
-    span = _arena_span(out)
+    span = _arena_span(out) if check_slots else None
     if span is not None and any(_overlaps(span, _arena_span(v))
                                 for v in list(con.inputs) + list(con.captured)):
         return None
     return g
+
+
+def _position(op, ops) -> int:
+    """Index in ``ops`` (a block's ops) of ``op`` or of the op of that block it is nested in."""
+    while True:
+        for i, o in enumerate(ops):
+            if o == op:
+                return i
+        parent = op.parent
+        if parent is None:
+            return -1
+        op = _op(parent)
 
 
 def _hoist_between(op, later) -> None:

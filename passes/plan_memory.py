@@ -141,10 +141,13 @@ class PlanMemory(ModulePass):
     def apply(self, module) -> None:
         from mlir import ir
 
+        from latch.passes.form_contraction_kernels import hoist_narrowed_outputs
+
         for func_op in _functions(module):
             if not func_op.regions or not func_op.regions[0].blocks:
                 continue
             body = func_op.regions[0].blocks[0]
+            hoist_narrowed_outputs(body)     # a buffer a product will write is live from it
             ops = list(body.operations)
             index = {_key(op): i for i, op in enumerate(ops)}
             buffers = []

@@ -15,8 +15,11 @@ A producer qualifies when:
 * it is an all-parallel ``linalg.generic`` on tensors with one result of static shape, an
   invertible output map, and a body of pure scalar code (``arith``/``math``, no regions, no
   reads of its output's initial value);
-* at most one input is large (holds more than an eighth as many elements as the result), so
-  a reader that computes it reads at most one tensor the size of the one it reads now;
+* at most one input is large (more than an eighth of the result's bytes) and none is
+  larger than the result, so a reader that computes it reads at most as many bytes as it
+  reads now (a rounding to bf16 stays: reading the bf16 copy is half the bytes of
+  recomputing it from f32 — and latch-form-contraction-kernels lets the product that
+  feeds it write that copy directly);
 * it has 2 to ``max-readers`` readers, each a ``linalg.generic`` that takes it as an input
   indexed by all of its loops (every element read once — a row reduction qualifies, a
   contraction, which reads each element once per column of the other operand, does not:
@@ -98,11 +101,30 @@ def _is_recomputable(op) -> bool:
         if inner.regions or not (inner.name.startswith(("arith.", "math."))
                                  or inner.name in ("linalg.index", "linalg.yield")):
             return False
-    out = _numel(op.results[0].type)
-    sizes = [_numel(v.type) for v in list(op.operands)[:n_in]]
+    out = _bytes(op.results[0].type)
+    sizes = [_bytes(v.type) for v in list(op.operands)[:n_in]]
     if out <= 0 or any(s < 0 for s in sizes):
         return False
     return sum(1 for s in sizes if s * 8 > out) <= 1 and all(s <= out for s in sizes)
+
+
+def _bytes(t) -> int:
+    """Bytes of a static shaped type (an element of under a byte counts as one); 4 for a
+    scalar; -1 if dynamic."""
+    from mlir import ir
+
+    n = _numel(t)
+    if n < 0 or not isinstance(t, ir.ShapedType):
+        return n if n < 0 else 4
+    elt = ir.ShapedType(t).element_type
+    width = 32
+    for cls in (ir.IntegerType, ir.FloatType):
+        try:
+            width = cls(elt).width
+            break
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return n * max(1, width // 8)
 
 
 def _readers(value, path=()) -> list | None:

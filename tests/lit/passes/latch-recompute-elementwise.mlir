@@ -178,3 +178,36 @@ func.func @one_hot(%t: tensor<4x1x1xi64>, %iota: tensor<1x1x16xi64>) -> tensor<4
   } -> tensor<4xf32>
   return %sum : tensor<4xf32>
 }
+
+// -----
+// A rounding to bf16 read twice stays one op: its readers read 2 bytes per element from
+// its result, 4 from its input.
+// CHECK-LABEL: func.func @rounding(
+// FUSED-LABEL: func.func @rounding(
+// CHECK-COUNT-1: arith.truncf
+// CHECK-NOT: arith.truncf
+#rid = affine_map<(d0) -> (d0)>
+func.func @rounding(%x: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>) {
+  %e16 = tensor.empty() : tensor<64xbf16>
+  %e = tensor.empty() : tensor<64xf32>
+  %r = linalg.generic {indexing_maps = [#rid, #rid], iterator_types = ["parallel"]}
+      ins(%x : tensor<64xf32>) outs(%e16 : tensor<64xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %t = arith.truncf %a : f32 to bf16
+      linalg.yield %t : bf16
+  } -> tensor<64xbf16>
+  %g = linalg.generic {indexing_maps = [#rid, #rid], iterator_types = ["parallel"]}
+      ins(%r : tensor<64xbf16>) outs(%e : tensor<64xf32>) {
+    ^bb0(%a: bf16, %o: f32):
+      %m = arith.extf %a : bf16 to f32
+      linalg.yield %m : f32
+  } -> tensor<64xf32>
+  %h = linalg.generic {indexing_maps = [#rid, #rid], iterator_types = ["parallel"]}
+      ins(%r : tensor<64xbf16>) outs(%e : tensor<64xf32>) {
+    ^bb0(%a: bf16, %o: f32):
+      %m = arith.extf %a : bf16 to f32
+      %n = arith.negf %m : f32
+      linalg.yield %n : f32
+  } -> tensor<64xf32>
+  return %g, %h : tensor<64xf32>, tensor<64xf32>
+}
