@@ -659,12 +659,18 @@ def _signature(con: Contraction, workgroup: str | None, threads: int, splits: in
             f"{{known_block_size = array<i32: {threads}, 1, 1>}} {{")
 
 
-def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
+def _epilogue(k: _Kernel, t: _Text, batch: dict, cells, pairs: bool = False) -> None:
     """C[batch, row, col] += value for each (row, col, value), guarded at tile edges (with
-    split-K: W[slice, batch, row, col] = value, the workspace of partial sums)."""
+    split-K: W[slice, batch, row, col] = value, the workspace of partial sums).  ``pairs``:
+    consecutive cells come in pairs (row, col), (row, col + 1) with col even (the mma
+    accumulator fragments); a bf16 output whose columns are its contiguous dimension then
+    takes each pair as one 4-byte store."""
     con = k.con
     m, n = con.size("m"), con.size("n")
-    for row, col, value in cells:
+    paired = pairs and k.overwrite and con.narrowed_by is not None and _pairable(con)
+    for i, (row, col, value) in enumerate(cells):
+        if paired and i % 2:
+            continue                   # stored with its even neighbour
         guard = []
         if m % k.m_tile:
             guard.append(t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index"))
@@ -682,6 +688,12 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
         if k.splits > 1:
             w_type = workspace_type(con, k.splits)
             t.line(f"memref.store {value}, %C[{k.slice}, {idx}] : {w_type}")
+        elif paired:                   # two neighbours rounded to bf16, one store
+            lo = t.emit(f"arith.truncf {value} : f32 to bf16")
+            hi = t.emit(f"arith.truncf {cells[i + 1][2]} : f32 to bf16")
+            both = t.emit(f"vector.from_elements {lo}, {hi} : vector<2xbf16>")
+            t.line(f"vector.store {both}, %C[{idx}] {{alignment = 4}} : "
+                   f"{con.c.type}, vector<2xbf16>")
         elif k.overwrite and con.narrowed_by is not None:    # written rounded to bf16
             narrow = t.emit(f"arith.truncf {value} : f32 to bf16")
             t.line(f"memref.store {narrow}, %C[{idx}] : {con.c.type}")
@@ -693,6 +705,18 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells) -> None:
             t.line(f"memref.store {new}, %C[{idx}] : {con.c.type}")
         if cond is not None:
             t.line("}")
+
+
+def _pairable(con: Contraction) -> bool:
+    """Whether output columns col, col + 1 (col even) are adjacent elements, 4-byte
+    aligned in a bf16 output: its last index is the last n loop, of even size (every
+    other index then moves by a multiple of it), in an identity layout."""
+    from mlir import ir
+
+    ns = con.groups["n"]
+    return bool(ns) and con.maps[-1][-1] == ("d", ns[-1]) and con.sizes[ns[-1]] % 2 == 0 \
+        and ir.MemRefType(con.c.type).layout == ir.AffineMapAttr.get(
+            ir.AffineMap.get_identity(ir.MemRefType(con.c.type).rank))
 
 
 def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
@@ -886,7 +910,7 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
                 row = t.add(t.add(m0, wm), t.add(g, mi * 16 + (8 if r >= 2 else 0)))
                 col = t.add(t.add(n0, wn), t.add(t.mul(tq, 2), ni * 8 + r % 2))
                 cells.append((row, col, f"{results}#{(mi * NT + ni) * 4 + r}"))
-    _epilogue(k, t, batch, cells)
+    _epilogue(k, t, batch, cells, pairs=True)
     # the stages live in dynamic shared memory (more than the 48 KiB of static shared
     # memory a kernel may declare): one byte buffer, a typed view per operand
     dyn = f"memref<?xi8, {_WG}>"

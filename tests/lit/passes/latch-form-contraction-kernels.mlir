@@ -594,8 +594,16 @@ func.func @rows_permuted(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memr
 // CHECK-NOT: linalg.generic
 // CHECK: return %[[OUT]]
 // CHECK: gpu.func @contract(%{{.*}}: memref<64x32xbf16>, %{{.*}}: memref<32x64xbf16>, %{{.*}}: memref<64x64xbf16>)
-// CHECK: arith.truncf %{{.*}} : f32 to bf16
-// CHECK-NEXT: memref.store %{{.*}} : memref<64x64xbf16>
+// Neighbouring columns of an accumulator fragment go out as one 4-byte store.
+// CHECK: %[[LO:.*]] = arith.truncf %{{.*}} : f32 to bf16
+// CHECK-NEXT: %[[HI:.*]] = arith.truncf %{{.*}} : f32 to bf16
+// CHECK-NEXT: %[[BOTH:.*]] = vector.from_elements %[[LO]], %[[HI]] : vector<2xbf16>
+// CHECK-NEXT: vector.store %[[BOTH]], %{{.*}} {alignment = 4 : i64} : memref<64x64xbf16>, vector<2xbf16>
+// SIMT-LABEL: func.func @rounded(
+// SIMT: gpu.func @contract(
+// SIMT-NOT: vector.store
+// SIMT: arith.truncf %{{.*}} : f32 to bf16
+// SIMT-NEXT: memref.store %{{.*}} : memref<64x64xbf16>
 #ra = affine_map<(i, j, k) -> (i, k)>
 #rb = affine_map<(i, j, k) -> (k, j)>
 #rc = affine_map<(i, j, k) -> (i, j)>
