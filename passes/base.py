@@ -73,6 +73,18 @@ def int_constant(v):
     return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None
 
 
+def element_bits(t) -> int:
+    """Width in bits of an integer or float type (32 for anything else: index)."""
+    from mlir import ir
+
+    for cls in (ir.IntegerType, ir.FloatType):
+        try:
+            return cls(t).width
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return 32
+
+
 def _convert(pass_name: str, key: str, raw: str, annotation) -> object:
     kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
     try:

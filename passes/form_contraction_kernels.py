@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, element_bits, function_definitions
 from latch.passes.buffer_views import VIEW_OPS, last_writer, root, users
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
@@ -399,19 +399,8 @@ def _arena_span(v):
         return None
     start = ir.IntegerAttr(alloc.attributes["latch.offset"]).value
     t = ir.MemRefType(base.type)
-    n = math.prod(t.shape) * max(1, _elt_bits(t.element_type) // 8)
+    n = math.prod(t.shape) * max(1, element_bits(t.element_type) // 8)
     return start, start + n
-
-
-def _elt_bits(t) -> int:
-    from mlir import ir
-
-    for cls in (ir.IntegerType, ir.FloatType):
-        try:
-            return cls(t).width
-        except (ValueError, TypeError, AttributeError):
-            continue
-    return 32
 
 
 def _overlaps(a, b) -> bool:

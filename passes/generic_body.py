@@ -1,7 +1,8 @@
 """Turning a ``linalg.generic`` into hand-built loops: its loop ranges, index arithmetic on a
 linear iteration index, and its body cloned at given loop indices (shared by the passes that
-do this: latch-wrap-host-compute's block and row reductions and
-latch-form-contraction-kernels' operand loads)."""
+do this: latch-wrap-host-compute's block and row reductions,
+latch-form-contraction-kernels' operand loads, latch-map-parallel-loops' iterations per
+thread and latch-recompute-elementwise's extracts)."""
 from __future__ import annotations
 
 

@@ -41,7 +41,8 @@ import math
 
 from latch.passes.base import ModulePass, function_definitions, int_constant
 from latch.passes.buffer_views import root
-from latch.passes.generic_body import compare, delinearize, flat_launch, index_constant
+from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
+                                       index_constant)
 
 _MAX_GRID_X = 2 ** 31 - 1
 
@@ -117,18 +118,6 @@ def _loads_first(ops) -> bool:
     return True
 
 
-def _clone(ops, mapping: dict) -> None:
-    """Clone ``ops`` at the current insertion point, operands renamed by ``mapping`` (which
-    receives the clones' results)."""
-    for op in ops:
-        new = op.clone()
-        for i, operand in enumerate(list(new.operands)):
-            if operand in mapping:
-                new.operands[i] = mapping[operand]
-        for old_r, new_r in zip(op.results, new.results):
-            mapping[old_r] = new_r
-
-
 def _load_slice(ops) -> list:
     """The loads of ``ops`` and the ops their operands are computed by, in body order."""
     needed, slice_ = set(), []
@@ -188,10 +177,10 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0) -> None:
                 maps.append(dict(zip(body.arguments, ivs_e)))
             first = _load_slice(ops) if _loads_first(ops) else []
             for m in maps:
-                _clone(first, m)
+                clone_body_ops(first, m, ())
             rest = [o for o in ops if o not in first]
             for m in maps:
-                _clone(rest, m)
+                clone_body_ops(rest, m, ())
         par.erase()
         return
     with ir.InsertionPoint(par), par.location:

@@ -45,7 +45,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, element_bits, function_definitions
+from latch.passes.generic_body import clone_body_ops
 from latch.passes.rematerialize_masks import read_through_unit_expansions
 
 
@@ -116,15 +117,7 @@ def _bytes(t) -> int:
     n = _numel(t)
     if n < 0 or not isinstance(t, ir.ShapedType):
         return n if n < 0 else 4
-    elt = ir.ShapedType(t).element_type
-    width = 32
-    for cls in (ir.IntegerType, ir.FloatType):
-        try:
-            width = cls(elt).width
-            break
-        except (ValueError, TypeError, AttributeError):
-            continue
-    return n * max(1, width // 8)
+    return n * max(1, element_bits(ir.ShapedType(t).element_type) // 8)
 
 
 def _readers(value, path=()) -> list | None:
@@ -260,21 +253,10 @@ def _compute_extracts(func_op) -> bool:
                                 index, ir.AffineConstantExpr(e).value)}).result)
                 mapping[block.arguments[k]] = ir.Operation.create(
                     "tensor.extract", [block.arguments[k].type], [v] + at).result
-            value = None
-            for inner in block.operations:
-                inner = _op(inner)
-                if inner.name == "linalg.yield":
-                    value = mapping.get(inner.operands[0], inner.operands[0])
-                    break
-                if inner.name == "linalg.index":
-                    mapping[inner.results[0]] = loops[ir.IntegerAttr(inner.attributes["dim"]).value]
-                    continue
-                new = inner.clone()
-                for i, operand in enumerate(list(new.operands)):
-                    if operand in mapping:
-                        new.operands[i] = mapping[operand]
-                for old_r, new_r in zip(inner.results, new.results):
-                    mapping[old_r] = new_r
+            body = [_op(o) for o in block.operations]
+            clone_body_ops(body[:-1], mapping, loops)
+            yielded = body[-1].operands[0]
+            value = mapping.get(yielded, yielded)
         ex.results[0].replace_all_uses_with(value)
         ex.erase()
         changed = True

@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from latch.passes.base import element_bits
 from latch.passes.buffer_views import root as _root
 from latch.passes.form_contraction_kernels import match_contraction
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, index_constant,
@@ -105,17 +106,6 @@ class RowReduction:
     column: int | None = None
     column_bits: int = 32
     column_map: object = None
-
-
-def _bits(t) -> int:
-    from mlir import ir
-
-    for cls in (ir.IntegerType, ir.FloatType):
-        try:
-            return cls(t).width
-        except (ValueError, TypeError, AttributeError):
-            continue
-    return 32
 
 
 def _logical_accumulation(op):
@@ -192,7 +182,7 @@ def _unit_stride_input(op, maps, n_in):
     expr = m.results[unit[-1]]
     if not isinstance(expr, ir.AffineDimExpr):
         return None
-    return ir.AffineDimExpr(expr).position, _bits(t.element_type), m
+    return ir.AffineDimExpr(expr).position, element_bits(t.element_type), m
 
 
 def match_row_reduction(op):
