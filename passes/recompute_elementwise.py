@@ -27,8 +27,11 @@ A producer qualifies when:
 
 Two rewrites come first, giving more producers that qualify:
 
-* a ``tensor.extract`` of such a producer's result (the loss's gather of the log-softmax at
-  the targets) computes the producer's body on the extracted elements of its inputs;
+* a ``tensor.extract`` of an elementwise result (the loss's gather of the log-softmax at
+  the targets) computes the producer's body on the extracted elements of its inputs —
+  unless the producer narrows (a rounding to bf16) and has readers other than extracts:
+  materialized anyway, it is read instead of its wider input, which keeps a single reader
+  (so the product computing it can write the rounding);
 * a generic whose reduction loops all run once, accumulating into a filled output (the
   one-hot scatter of the loss's gradient: ``g[i, j] += (t[i, k] == j) * c`` over ``k < 1``
   into zeros), is elementwise: those loops are dropped (indexed at 0) and the fill's value
@@ -107,6 +110,30 @@ def _is_recomputable(op) -> bool:
     if out <= 0 or any(s < 0 for s in sizes):
         return False
     return sum(1 for s in sizes if s * 8 > out) <= 1 and all(s <= out for s in sizes)
+
+
+def _only_extracted(value) -> bool:
+    """Whether every use of ``value`` (seen through reshapes) is a ``tensor.extract``."""
+    for use in value.uses:
+        user = _op(use.owner)
+        if user.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            if not _only_extracted(user.results[0]):
+                return False
+        elif user.name != "tensor.extract":
+            return False
+    return True
+
+
+def _narrows(op) -> bool:
+    """Whether generic ``op``'s result has narrower elements than one of its inputs (a
+    rounding to bf16): its readers read fewer bytes from it than from its inputs."""
+    from mlir import ir
+
+    n_in, _ = _segments(op)
+    out = element_bits(ir.ShapedType(op.results[0].type).element_type)
+    return any(isinstance(v.type, ir.ShapedType) and
+               element_bits(ir.ShapedType(v.type).element_type) > out
+               for v in list(op.operands)[:n_in])
 
 
 def _bytes(t) -> int:
@@ -219,6 +246,8 @@ def _compute_extracts(func_op) -> bool:
         prod = _op(src.owner)
         if prod.name != "linalg.generic" or len(prod.results) != 1 or not _body_is_pure(prod):
             continue
+        if _narrows(prod) and not _only_extracted(prod.results[0]):
+            continue          # a rounding materialized anyway: read it, not its wider input
         if any("parallel" not in str(a)
                for a in ir.ArrayAttr(prod.attributes["iterator_types"])):
             continue

@@ -211,3 +211,39 @@ func.func @rounding(%x: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>) {
   } -> tensor<64xf32>
   return %g, %h : tensor<64xf32>, tensor<64xf32>
 }
+
+// -----
+// An extract of a rounding reads the rounded tensor (materialized for its other reader),
+// not the wider input: that input keeps one reader.
+// CHECK-LABEL: func.func @gather_rounded(
+// FUSED-LABEL: func.func @gather_rounded(
+// CHECK: %[[R:.*]] = linalg.generic
+// CHECK: arith.truncf
+// CHECK: tensor.extract %[[R]]
+// CHECK-NOT: tensor.extract %arg0
+#gr = affine_map<(d0) -> (d0)>
+func.func @gather_rounded(%x: tensor<64xf32>, %t: tensor<4xindex>) -> (tensor<64xf32>, tensor<4xf32>) {
+  %e16 = tensor.empty() : tensor<64xbf16>
+  %e = tensor.empty() : tensor<64xf32>
+  %e4 = tensor.empty() : tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [#gr, #gr], iterator_types = ["parallel"]}
+      ins(%x : tensor<64xf32>) outs(%e16 : tensor<64xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %v = arith.truncf %a : f32 to bf16
+      linalg.yield %v : bf16
+  } -> tensor<64xbf16>
+  %g = linalg.generic {indexing_maps = [#gr, #gr], iterator_types = ["parallel"]}
+      ins(%r : tensor<64xbf16>) outs(%e : tensor<64xf32>) {
+    ^bb0(%a: bf16, %o: f32):
+      %m = arith.extf %a : bf16 to f32
+      linalg.yield %m : f32
+  } -> tensor<64xf32>
+  %p = linalg.generic {indexing_maps = [#gr, #gr], iterator_types = ["parallel"]}
+      ins(%t : tensor<4xindex>) outs(%e4 : tensor<4xf32>) {
+    ^bb0(%i: index, %o: f32):
+      %v = tensor.extract %r[%i] : tensor<64xbf16>
+      %w = arith.extf %v : bf16 to f32
+      linalg.yield %w : f32
+  } -> tensor<4xf32>
+  return %g, %p : tensor<64xf32>, tensor<4xf32>
+}
