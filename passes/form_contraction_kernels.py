@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, element_bits, function_definitions
+from latch.passes.base import ModulePass, function_definitions
 from latch.passes.buffer_views import VIEW_OPS, last_writer, root, users
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
@@ -389,18 +389,10 @@ def _hoist_between(op, later) -> None:
 def _arena_span(v):
     """(first byte, end) of the planned slot of the allocation ``v`` views, or None when it
     is not one (a function argument, a pinned buffer)."""
-    from mlir import ir
+    from latch.passes.plan_memory import planned_range
 
     base = root(v)
-    if hasattr(base.owner, "arguments"):
-        return None
-    alloc = _op(base.owner)
-    if "latch.offset" not in alloc.attributes:
-        return None
-    start = ir.IntegerAttr(alloc.attributes["latch.offset"]).value
-    t = ir.MemRefType(base.type)
-    n = math.prod(t.shape) * max(1, element_bits(t.element_type) // 8)
-    return start, start + n
+    return None if hasattr(base.owner, "arguments") else planned_range(_op(base.owner))
 
 
 def _overlaps(a, b) -> bool:

@@ -73,16 +73,17 @@ def flat_launch(blocks: int, threads: int, span: int | None = None):
 
 
 def loop_ranges(op):
-    """(indexing maps, static trip count of each loop or None) of a generic on memrefs."""
+    """(indexing maps, static trip count of each loop or None) of a generic on memrefs or
+    tensors."""
     from mlir import ir
 
     n_loops = len(ir.ArrayAttr(op.attributes["iterator_types"]))
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
     ranges = [None] * n_loops
     for v, m in zip(op.operands, maps):
-        if not isinstance(v.type, ir.MemRefType):
+        if not isinstance(v.type, ir.ShapedType):
             continue
-        shape = ir.MemRefType(v.type).shape
+        shape = ir.ShapedType(v.type).shape
         for k, expr in enumerate(m.results):
             if isinstance(expr, ir.AffineDimExpr):
                 ranges[ir.AffineDimExpr(expr).position] = shape[k]

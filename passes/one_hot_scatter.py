@@ -122,9 +122,11 @@ def _reads_unchanged(writer, target, op) -> bool:
     buffers += [x for o in target.ops if o.name == "memref.load" for x in o.operands[:1]]
     roots = [root(b) for b in buffers if isinstance(b.type, ir.MemRefType)]
     block_ops = [_op(o) for o in op.operation.block.operations]
-    placed = [(o.results[0], _planned_range(o)) for o in block_ops if o.name == "memref.alloc"]
+    from latch.passes.plan_memory import planned_range
+
+    placed = [(o.results[0], planned_range(o)) for o in block_ops if o.name == "memref.alloc"]
     for r in list(roots):
-        mine = None if hasattr(r.owner, "arguments") else _planned_range(_op(r.owner))
+        mine = None if hasattr(r.owner, "arguments") else planned_range(_op(r.owner))
         if mine is not None:
             roots += [v for v, rng in placed if rng is not None and v != r and
                       rng[0] < mine[1] and mine[0] < rng[1]]
@@ -132,18 +134,6 @@ def _reads_unchanged(writer, target, op) -> bool:
     start = next(i for i, o in enumerate(between) if o == writer)
     end = next(i for i, o in enumerate(between) if o == op)
     return not any(may_write(o, r) for o in between[start + 1:end] for r in roots)
-
-
-def _planned_range(alloc):
-    """The [start, end) arena bytes the memory plan gave ``alloc``; None if unplanned."""
-    from mlir import ir
-
-    from latch.passes.plan_memory import memref_bytes
-
-    if alloc.name != "memref.alloc" or "latch.offset" not in alloc.attributes:
-        return None
-    start = ir.IntegerAttr(alloc.attributes["latch.offset"]).value
-    return start, start + memref_bytes(ir.MemRefType(alloc.results[0].type))
 
 
 def _strip(v):

@@ -59,6 +59,17 @@ def memref_bytes(memref_type) -> int:
     return n * _element_bytes(memref_type.element_type)
 
 
+def planned_range(alloc):
+    """The [start, end) arena bytes the memory plan gave the ``memref.alloc`` ``alloc``;
+    None if it has no planned slot."""
+    from mlir import ir
+
+    if alloc.name != "memref.alloc" or "latch.offset" not in alloc.attributes:
+        return None
+    start = ir.IntegerAttr(alloc.attributes["latch.offset"]).value
+    return start, start + memref_bytes(ir.MemRefType(alloc.results[0].type))
+
+
 @dataclasses.dataclass
 class Buffer:
     op: object

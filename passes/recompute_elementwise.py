@@ -5,9 +5,9 @@ before ``linalg-fuse-elementwise-ops``).
 Elementwise fusion moves a producer into its reader only when it has one reader.  A
 softmax's or a cross-entropy's intermediate has several — ``x - max`` is read by the sum of
 exponentials and by the log-softmax; the log-softmax by the loss and by its backward — so
-each is materialized: at B32 the TinyMoE update wrote and read back nine full
-``[32768, 32768]`` f32 tensors (4.3 GB each) between the LM head's product and its
-gradient.  This pass clones such a producer once for each further reader; each copy then
+each is materialized: at B32 the TinyMoE update made thirteen passes over full
+``[32768, 32768]`` tensors (4.3 GB each in f32) between the LM head's product and its
+gradient (four with this pass and the rewrites below).  This pass clones such a producer once for each further reader; each copy then
 fuses into its reader, which reads the producer's inputs instead of its result.
 
 A producer qualifies when:
@@ -23,7 +23,10 @@ A producer qualifies when:
 * it has 2 to ``max-readers`` readers, each a ``linalg.generic`` that takes it as an input
   indexed by all of its loops (every element read once — a row reduction qualifies, a
   contraction, which reads each element once per column of the other operand, does not:
-  products keep reading materialized operands, as latch-form-contraction-kernels wants).
+  products keep reading materialized operands, as latch-form-contraction-kernels wants),
+  directly or through ``tensor.expand_shape`` / ``tensor.collapse_shape`` (cloned with the
+  copy; elementwise fusion folds them once ``linalg-fold-unit-extent-dims`` has made every
+  indexing map a projected permutation).
 
 Two rewrites come first, giving more producers that qualify:
 
@@ -49,7 +52,7 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, element_bits, function_definitions
-from latch.passes.generic_body import clone_body_ops
+from latch.passes.generic_body import clone_body_ops, loop_ranges
 from latch.passes.rematerialize_masks import read_through_unit_expansions
 
 
@@ -100,11 +103,8 @@ def _is_recomputable(op) -> bool:
     block = op.regions[0].blocks[0]
     if any(True for _ in block.arguments[len(block.arguments) - 1].uses):
         return False                                  # reads its output's initial value
-    for inner in block.operations:
-        inner = _op(inner)
-        if inner.regions or not (inner.name.startswith(("arith.", "math."))
-                                 or inner.name in ("linalg.index", "linalg.yield")):
-            return False
+    if not _body_is_pure(op):
+        return False
     out = _bytes(op.results[0].type)
     sizes = [_bytes(v.type) for v in list(op.operands)[:n_in]]
     if out <= 0 or any(s < 0 for s in sizes):
@@ -148,13 +148,10 @@ def _bytes(t) -> int:
 
 
 def _readers(value, path=()) -> list | None:
-    """(reshapes on the way, reader, operand number) for each use of ``value``; None if a
-    reader is not a ``linalg.generic`` taking the value as an input indexed by all of its
-    loops (a permutation: every element read once).  Readers through a reshape do not
-    count: elementwise fusion folds a reshape only where every operand of the generic on
-    the other side is indexed by a projected permutation, which a keepdim row statistic
-    (``[N, 1]`` read at ``(i, 0)``) is not — a copy for such a reader would stay a
-    separate kernel."""
+    """(reshapes on the way, reader, operand number) for each use of ``value``, seen
+    through ``tensor.expand_shape`` / ``tensor.collapse_shape``; None if a reader is not a
+    ``linalg.generic`` taking the value as an input indexed by all of its loops (a
+    permutation: every element read once)."""
     out = []
     for use in value.uses:
         user, number = _op(use.owner), use.operand_number
@@ -305,27 +302,31 @@ def _read_fill_instead_of_output(op) -> None:
     block = op.regions[0].blocks[0]
     for k in range(n_in):                     # an input that is a fill: its value
         arg = block.arguments[k]
-        if isinstance(op.operands[k].type, ir.ShapedType) and any(True for _ in arg.uses):
-            fill = _fill_value(op.operands[k])
-            if fill is not None:
-                arg.replace_all_uses_with(fill)
+        if isinstance(op.operands[k].type, ir.ShapedType) and any(True for _ in arg.uses) \
+                and _is_fill(op.operands[k]):
+            arg.replace_all_uses_with(_fill_value(op.operands[k]))
     if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
         return
     acc = block.arguments[n_in]
     if n_out != 1 or not any(True for _ in acc.uses):
         return
-    fill = _fill_value(op.operands[n_in])
-    if fill is None:
+    if not _is_fill(op.operands[n_in]):
         return
+    fill = _fill_value(op.operands[n_in])
     with ir.InsertionPoint(op), op.location:
         empty = ir.Operation.create("tensor.empty", [op.operands[n_in].type]).result
     acc.replace_all_uses_with(fill)
     op.operands[n_in] = empty
 
 
-def _fill_value(v):
-    """The scalar a tensor value is filled with (a splat constant, ``linalg.fill``), or
-    None; created before the fill when it is a constant."""
+def _is_fill(v) -> bool:
+    return _fill_value(v, create=False) is not None
+
+
+def _fill_value(v, create: bool = True):
+    """The scalar a tensor value is filled with (a splat constant, ``linalg.fill``, a
+    generalized fill), or None; for a splat constant an ``arith.constant`` of it is created
+    in front of it (with ``create=False``: its attribute, nothing created)."""
     from mlir import ir
 
     if hasattr(v.owner, "arguments"):
@@ -345,6 +346,8 @@ def _fill_value(v):
     if o.name == "arith.constant":
         attr = o.attributes["value"]
         if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+            if not create:
+                return attr
             with ir.InsertionPoint(o), o.location:
                 return ir.Operation.create("arith.constant", [attr.get_splat_value().type],
                                            attributes={"value": attr.get_splat_value()}).result
@@ -364,22 +367,14 @@ def _drop_unit_reduction(op) -> None:
     red = [d for d, t in enumerate(its) if "reduction" in t]
     if not red or not _body_is_pure(op):
         return
-    maps = _maps(op)
+    maps, ranges = loop_ranges(op)
     n_in, n_out = _segments(op)
-    if n_out != 1:
-        return
-    extent = {}
-    for v, m in zip(op.operands, maps):
-        if isinstance(v.type, ir.ShapedType):
-            for k, e in enumerate(m.results):
-                if isinstance(e, ir.AffineDimExpr):
-                    extent.setdefault(ir.AffineDimExpr(e).position, ir.ShapedType(v.type).shape[k])
-    if any(extent.get(d) != 1 for d in red):
+    if n_out != 1 or any(ranges[d] != 1 for d in red):
         return
     init = op.operands[n_in]
     block = op.regions[0].blocks[0]
     acc = block.arguments[n_in]
-    if any(True for _ in acc.uses) and _fill_value(init) is None:
+    if any(True for _ in acc.uses) and not _is_fill(init):
         return
     keep = [d for d in range(len(its)) if d not in red]
     zero = ir.AffineConstantExpr.get(0)
