@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     vocab = SYNTHETIC_VOCAB if a.synthetic and a.tiny else 32768
     if a.data and not a.synthetic:
         import data as tmdata
-        vocab = tmdata.load_manifest(a.data)["vocab_size"]
+        vocab = tmdata.load_manifest(a.data)["tokenizer"]["vocab_size"]
     model, seq = build_model(argparse.Namespace(seed=a.seed, tiny=a.tiny, seq=None), vocab)
     x, y = fixed_batch(a, vocab, seq)
     if a.save_probe:

@@ -207,7 +207,8 @@ class LatchEngine:
             rule = optim.clip_grad_norm(1.0, optim.AdamW(
                 optim.warmup_cosine(args.lr, args.warmup, args.steps, 0.1),
                 betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1))
-            target = "cuda" if device.type == "cuda" else "cpu"
+            target = args.target or ("cuda" if device.type == "cuda" or args.save_program
+                                     else "cpu")
             t0 = time.perf_counter()
             self.prog = latch.compile(model, rule, example, target=target,
                                       precision=args.precision)
@@ -295,8 +296,10 @@ class Validator:
 class Run:
     """CSV logs, plot, checkpoints of one run folder."""
 
-    def __init__(self, out: str, config: dict, resume: bool, force: bool):
+    def __init__(self, out: str, config: dict, resume: bool, force: bool,
+                 keep: frozenset = frozenset()):
         self.out = out
+        self.keep = keep            # steps whose state files outlive newer checkpoints
         os.makedirs(out, exist_ok=True)
         self.config = config
         self.train_rows: list[dict] = []
@@ -358,14 +361,15 @@ class Run:
         self._write_csv("val.csv", list(row), self.val_rows)
 
     def checkpoint(self, step: int, state: bytes, ext: str):
-        """State file first, then the pointer (the commit point), then old files go."""
+        """State file first, then the pointer (the commit point), then old files go (except
+        the states of the steps in ``keep``, e.g. for the FP64 qualification)."""
         name = f"state-{step:08d}.{ext}"
         atomic_write(os.path.join(self.out, name), state)
         atomic_write(os.path.join(self.out, CKPT_POINTER),
                      (json.dumps({"step": step, "state_file": name, "config": self.config},
                                  indent=1, sort_keys=True) + "\n").encode())
         for f in os.listdir(self.out):
-            if f.startswith("state-") and f != name:
+            if f.startswith("state-") and f != name and _state_step(f) not in self.keep:
                 try:
                     os.unlink(os.path.join(self.out, f))
                 except FileNotFoundError:
@@ -411,6 +415,14 @@ class Run:
 
     def close(self):
         self._train_f.close()
+
+
+def _state_step(name: str) -> int | None:
+    """The step of a ``state-<step>.<ext>`` file name (None for other names)."""
+    try:
+        return int(name[len("state-"):].split(".")[0])
+    except ValueError:
+        return None
 
 
 class Progress:
@@ -475,6 +487,9 @@ def parse_args(argv=None):
     ap.add_argument("--val-batches", type=int, default=16,
                     help="batches (of the training batch size, at least 4 sequences) per panel")
     ap.add_argument("--ckpt-every", type=int, default=500)
+    ap.add_argument("--keep-states", default="",
+                    help="comma-separated steps whose checkpoints are kept (default: only the "
+                         "newest); each is also a checkpoint step")
     ap.add_argument("--log-every", type=int, default=10, help="host syncs for the loss")
     ap.add_argument("--tiny", action="store_true",
                     help="a tiny model (d 64, 2 layers, seq 64) for CPU smoke tests")
@@ -484,6 +499,9 @@ def parse_args(argv=None):
     ap.add_argument("--program", default=None, help="--engine latch: a saved program to run")
     ap.add_argument("--save-program", default=None,
                     help="--engine latch: compile, save the program there and stop")
+    ap.add_argument("--target", choices=("cuda", "cpu"), default=None,
+                    help="--engine latch: the compile target (default: cuda with "
+                         "--save-program or on a CUDA device, else cpu)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return ap.parse_args(argv)
 
@@ -537,7 +555,11 @@ def main(argv=None) -> int:
         eng = TorchEngine(model, args, device, compiled=(args.engine == "torch"))
         ext = "pt"
 
-    run = Run(args.out, config, resume=not args.no_resume, force=args.force)
+    try:
+        keep = frozenset(int(k) for k in args.keep_states.split(",") if k.strip())
+    except ValueError:
+        raise SystemExit(f"--keep-states takes step numbers, got {args.keep_states!r}")
+    run = Run(args.out, config, resume=not args.no_resume, force=args.force, keep=keep)
     start = run.start_step
     if run.resume_from:
         got = eng.load(run.resume_from)
@@ -608,7 +630,7 @@ def main(argv=None) -> int:
             if s % args.val_every == 0 or s == stop:
                 panel(s)
                 t_last = time.perf_counter()
-            if s % args.ckpt_every == 0 or s == stop or stop_flag["sig"]:
+            if s % args.ckpt_every == 0 or s == stop or s in keep or stop_flag["sig"]:
                 run.checkpoint(s, eng.state_bytes(s), ext)
                 if s != stop:
                     run.plot(title)

@@ -265,3 +265,58 @@ def test_train_resume_matches_an_uninterrupted_run(built, tmp_path):
     assert v1 == [r for r in v2 if r["step"] != "4"]
     assert os.path.getsize(os.path.join(once, "loss.png")) > 1000
     assert sorted(f for f in os.listdir(once) if f.startswith("state-")) == [ck1["state_file"]]
+
+
+def test_train_keeps_the_named_states(built, tmp_path):
+    """--keep-states: those steps are checkpointed (even off the --ckpt-every grid) and their
+    files survive newer checkpoints; the others are replaced as usual."""
+    pytest.importorskip("torch")
+    out = str(tmp_path / "keep")
+    _train(built, out, "--keep-states", "2,6")
+    states = sorted(f for f in os.listdir(out) if f.startswith("state-"))
+    assert states == ["state-00000002.pt", "state-00000006.pt", "state-00000008.pt"]
+    with pytest.raises(SystemExit, match="step numbers"):
+        _train(built, str(tmp_path / "bad"), "--keep-states", "mid")
+
+
+def test_compare_reads_runs_and_reports_agreement(built, tmp_path):
+    """compare.py: the same seed twice agrees exactly (difference 0), a second seed gives the
+    noise; the update-time, target and qualification tables are written."""
+    pytest.importorskip("torch")
+    import compare
+    runs = {}
+    for name, seed in (("a", "0"), ("b", "0"), ("c", "1")):
+        runs[name] = str(tmp_path / name)
+        _train(built, runs[name], "--seed", seed)
+    qual = tmp_path / "q.json"
+    qual.write_text(json.dumps({"step": 8, "pass": False, "engines": {"torch": {
+        "loss_rel": 1e-3, "errors": {"w": 0.2, "v": 0.01}, "beyond_limit": ["w"],
+        "worst": "w", "worst_rel_l2": 0.2}}}))
+    out = str(tmp_path / "cmp")
+    assert compare.main(["--latch", runs["a"], "--control", runs["b"], "--control", runs["c"],
+                         "--qualify", str(qual), "--out", out]) == 0
+    res = json.load(open(out + ".json"))
+    assert res["panels"] == [0, 3, 6, 8] and res["panels_compared"] == [3, 6, 8]
+    assert res["latch_minus_control"] == {"rms": 0.0, "max_abs": 0.0}
+    assert res["seed_b_minus_seed_a"]["max_abs"] > 0 and res["agree"] is True
+    assert res["target"] == max(res["final_val"].values())
+    assert all(t["updates"] is not None for t in res["to_target"].values())
+    md = open(out + ".md").read()
+    assert "`w` 0.200" in md and "1 of 2" in md
+    # a control that is not the Latch run's seed first is refused
+    with pytest.raises(SystemExit, match="seed"):
+        compare.main(["--latch", runs["a"], "--control", runs["c"]])
+
+
+def test_save_program_compiles_for_cuda_on_a_cpu_machine(built, tmp_path):
+    """--save-program is for running on the GPU machine: it targets cuda even here (an
+    earlier version compiled for the CPU it ran on), and records the settings it baked in."""
+    pytest.importorskip("torch")
+    import train
+    from latch.artifact import read_artifact
+    p = str(tmp_path / "p.latch")
+    assert train.main(["--data", built, "--out", str(tmp_path / "r"), "--tiny", "--seq", "16",
+                       "--engine", "latch", "--device", "cpu", "--recipe", "B2", "--steps",
+                       "8", "--warmup", "2", "--save-program", p]) == 0
+    assert read_artifact(p)[0]["kind"] == "cuda-update"
+    assert json.load(open(p + ".json"))["steps"] == 8
