@@ -110,11 +110,13 @@ def compare(latch: dict, controls: list[dict], target: float | None, warmup: int
     return out
 
 
-def qualification_table(reports: list[dict], top: int = 3) -> list[str]:
+def qualification_table(reports: list[dict], key: str = "engines", top: int = 3) -> list[str]:
+    """Markdown rows per state and engine (``key``: "engines", or "engines_pinned" for the
+    comparison with routing pinned to float64's choices)."""
     lines = ["| state | engine | loss rel. err. | tensors > 0.08 | worst tensors (rel. L2 vs FP64) |",
              "|---|---|---|---|---|"]
     for q in reports:
-        for eng, e in q["engines"].items():
+        for eng, e in q.get(key, {}).items():
             worst = sorted(e["errors"].items(), key=lambda kv: -kv[1])[:top]
             lines.append(f"| {q['step']} | {eng} | {e['loss_rel']:.1e} | "
                          f"{len(e['beyond_limit'])} of {len(e['errors'])} | "
@@ -208,14 +210,21 @@ def main(argv=None) -> int:
                          "Latch is further from the control than the seeds are apart"))
     reports = [json.load(open(p)) for p in a.qualify]
     if reports:
-        res["qualification"] = [{"step": q["step"], "pass": q["pass"],
-                                 "engines": {e: {"worst": v["worst"],
-                                                 "worst_rel_l2": v["worst_rel_l2"],
-                                                 "beyond_limit": v["beyond_limit"]}
-                                             for e, v in q["engines"].items()},
+        reports.sort(key=lambda q: q["step"])
+
+        def summary(engines):
+            return {e: {"worst": v["worst"], "worst_rel_l2": v["worst_rel_l2"],
+                        "beyond_limit": v["beyond_limit"]} for e, v in engines.items()}
+        res["qualification"] = [{"step": q["step"], "state": q.get("state"),
+                                 "pass": q["pass"], "engines": summary(q["engines"]),
+                                 "pass_pinned": q.get("pass_pinned"),
+                                 "engines_pinned": summary(q.get("engines_pinned", {})),
                                  "routing_flips": q.get("torch_bf16_routing_flips_per_layer")}
-                                for q in sorted(reports, key=lambda q: q["step"])]
-        lines += ["", *qualification_table(sorted(reports, key=lambda q: q["step"]))]
+                                for q in reports]
+        lines += ["", "FP64 qualification (plain):", "", *qualification_table(reports)]
+        if any("engines_pinned" in q for q in reports):
+            lines += ["", "FP64 qualification, routing pinned to float64's top-k choices:", "",
+                      *qualification_table(reports, "engines_pinned")]
     text = "\n".join(lines)
     print(text)
     if a.out:

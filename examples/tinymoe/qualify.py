@@ -12,6 +12,15 @@ computed from the same parameters on the same batch:
   rounding).  On a GPU machine without MLIR pass ``--latch-probe P`` (compiled here with
   ``--save-probe P``).
 
+With ``--pinned`` each engine is measured a second time with its top-k routing *pinned* to
+the float64 reference's choices (the same expert indices, in top-k order, passed as an
+input: ``MoE.pinned_routes``; gates are still the engine's own probabilities of those
+experts).  bf16 rounding flips a few tokens' routing (a discrete choice: the flipped token's
+gradient goes to another expert, and every later layer sees it), which dominates the plain
+comparison at states where routing is near ties (the fresh state); the pinned comparison
+measures the program's arithmetic alone.  The Latch program for it takes the routes as a
+third input (``--save-probe-pinned`` / ``--latch-probe-pinned``).
+
 Relative L2 per tensor, ``|g - g64| / |g64|``; the limit is 0.08.  Prints, per engine, the
 worst tensors and writes a JSON (``--out``) with every tensor's error, the losses and the
 state's step.
@@ -82,16 +91,52 @@ def fixed_batch(args, vocab: int, seq: int):
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
+def _moes(m) -> list:
+    from models import MoE
+    return [mod for mod in m.modules() if isinstance(mod, MoE)]
+
+
 def _record_routing(m) -> list:
-    """Forward hooks on every MoE router: the top-k expert sets it chose, per layer."""
+    """Forward hooks on every MoE router: the top-k experts it chose per token and layer
+    (``[N, k]``, in top-k order, as the dispatch ranks them)."""
     chosen = []
-    for name, mod in m.named_modules():
-        if name.endswith("moe.router"):
-            k = getattr(m.get_submodule(name[:-len(".router")]), "k", 2)
-            mod.register_forward_hook(
-                lambda _m, _i, out, k=k: chosen.append(
-                    torch.topk(out.float(), k, dim=-1).indices.sort(-1).values.cpu()))
+    for moe in _moes(m):
+        moe.router.register_forward_hook(
+            lambda _m, _i, out, k=moe.k: chosen.append(
+                torch.topk(out.float(), k, dim=-1).indices.cpu()))
     return chosen
+
+
+def routing_flips(routes, routes64) -> list[float]:
+    """Per layer: the fraction of tokens whose top-k expert *set* differs from float64's."""
+    return [float((r.sort(-1).values != r64.sort(-1).values).any(-1).float().mean())
+            for r, r64 in zip(routes, routes64)]
+
+
+def pinned(model):
+    """A copy of ``model`` whose forward takes a third input ``routes`` ([layers, N, k]
+    expert indices) that replaces every MoE layer's top-k choice (same parameter names)."""
+    from models import TinyMoE
+
+    class PinnedTinyMoE(TinyMoE):
+        def forward(self, idx, targets, routes):
+            moes = _moes(self)
+            try:
+                for i, moe in enumerate(moes):
+                    moe.pinned_routes = routes[i]
+                return super().forward(idx, targets)
+            finally:
+                for moe in moes:
+                    moe.pinned_routes = None
+
+    m = copy.deepcopy(model)
+    m.__class__ = PinnedTinyMoE
+    return m
+
+
+def _inputs(x, y, routes, device):
+    extra = () if routes is None else (torch.stack(list(routes)).to(device),)
+    return (x.to(device), y.to(device)) + extra
 
 
 def grads_f64(model, x, y, device):
@@ -103,33 +148,46 @@ def grads_f64(model, x, y, device):
     return float(loss.detach()), {n: g.cpu() for n, g in zip(names, gs)}, routes
 
 
-def grads_torch_bf16(model, x, y, device):
-    m = copy.deepcopy(model).to(device)
-    routes = _record_routing(m)
+def grads_torch_bf16(model, x, y, device, routes=None):
+    """Autocast bf16 gradients; ``routes``: pinned to these top-k choices."""
+    m = (pinned(model) if routes is not None else copy.deepcopy(model)).to(device)
+    chosen = _record_routing(m)
     with torch.autocast(device.type, dtype=torch.bfloat16):
-        loss = m(x.to(device), y.to(device))
+        loss = m(*_inputs(x, y, routes, device))
     names = [n for n, _ in m.named_parameters()]
     gs = torch.autograd.grad(loss.float(), list(m.parameters()))
-    return float(loss.detach()), {n: g.float().cpu() for n, g in zip(names, gs)}, routes
+    return float(loss.detach()), {n: g.float().cpu() for n, g in zip(names, gs)}, chosen
 
 
-def probe_program(model, x, y, device):
+def probe_program(model, x, y, device, routes=None):
+    """The Latch SGD(1.0) bf16 probe; with ``routes`` (an example), the pinned variant."""
     import latch
     from latch import optim
     target = "cuda" if device.type == "cuda" else "cpu"
-    return latch.compile(model, optim.SGD(1.0), (x, y), target=target, precision="bf16")
+    m = model if routes is None else pinned(model)
+    return latch.compile(m, optim.SGD(1.0), _inputs(x, y, routes, torch.device("cpu")),
+                         target=target, precision="bf16")
 
 
-def grads_latch(prog, model, x, y, device):
+def grads_latch(prog, model, x, y, device, routes=None):
     names = [n for n, _ in model.named_parameters()]
     cuda = prog.manifest.get("kind") == "cuda-update"
     m = copy.deepcopy(model).to(device) if cuda else model
     state = prog.init(m)
     p0 = {n: t.detach().clone() for n, t in state.tensors().items() if n in names}
-    inputs = (x.to(device), y.to(device)) if cuda else (x, y)
+    inputs = _inputs(x, y, routes, device if cuda else torch.device("cpu"))
     loss = float(prog.step(state, *inputs))
     p1 = state.tensors()
     return loss, {n: (p0[n] - p1[n]).float().cpu() for n in names}
+
+
+def example_routes(model, x, y) -> list:
+    """Top-k choices of a float32 forward (the example input of the pinned probe)."""
+    m = copy.deepcopy(model)
+    routes = _record_routing(m)
+    with torch.no_grad():
+        m(x, y)
+    return routes
 
 
 def main(argv=None) -> int:
@@ -144,11 +202,17 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="latch,torch")
     ap.add_argument("--latch-probe", help="a saved SGD(1.0) bf16 probe program to run")
     ap.add_argument("--save-probe", help="compile the probe program for cuda, save, stop")
+    ap.add_argument("--pinned", action="store_true",
+                    help="also measure each engine with routing pinned to float64's choices")
+    ap.add_argument("--latch-probe-pinned", help="a saved pinned-routing probe program")
+    ap.add_argument("--save-probe-pinned",
+                    help="compile the pinned-routing probe for cuda, save (with --save-probe "
+                         "or alone), stop")
     ap.add_argument("--device", default=None)
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--out", help="JSON report (default: print only)")
     a = ap.parse_args(argv)
-    if not (a.fresh or a.state or a.save_probe) or (a.fresh and a.state):
+    if not (a.fresh or a.state or a.save_probe or a.save_probe_pinned) or (a.fresh and a.state):
         ap.error("give exactly one of --state or --fresh")
     if not a.synthetic and not a.data:
         ap.error("--data is needed (or --synthetic)")
@@ -159,12 +223,12 @@ def main(argv=None) -> int:
         vocab = tmdata.load_manifest(a.data)["tokenizer"]["vocab_size"]
     model, seq = build_model(argparse.Namespace(seed=a.seed, tiny=a.tiny, seq=None), vocab)
     x, y = fixed_batch(a, vocab, seq)
-    if a.save_probe:
-        import latch
-        from latch import optim
-        latch.compile(model, optim.SGD(1.0), (x, y), target="cuda",
-                      precision="bf16").save(a.save_probe)
-        print(f"wrote {a.save_probe}")
+    if a.save_probe or a.save_probe_pinned:
+        for path, routes in ((a.save_probe, None),
+                             (a.save_probe_pinned, example_routes(model, x, y))):
+            if path:
+                probe_program(model, x, y, torch.device("cuda"), routes).save(path)
+                print(f"wrote {path}", flush=True)
         return 0
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     step = 0 if a.fresh else load_parameters(model, a.state)
@@ -177,46 +241,55 @@ def main(argv=None) -> int:
               "commit": os.environ.get("LATCH_COMMIT", "unknown"),
               "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
               "torch": torch.__version__}
-    ok = True
-    for engine in [e for e in a.engines.split(",") if e]:
-        if engine == "torch":
-            loss, g, routes = grads_torch_bf16(model, x, y, device)
-            # how often bf16 rounding changes a token's top-k expert set (a routing flip
-            # changes which expert's weights see the token: gradients of every later layer
-            # move with it, whatever the program)
-            flips = [float((r != r64).any(-1).float().mean()) for r, r64 in zip(routes, routes64)]
-            report["torch_bf16_routing_flips_per_layer"] = flips
-            print("torch bf16: tokens whose top-k experts differ from float64, per MoE layer: "
-                  + ", ".join(f"{f:.1%}" for f in flips), flush=True)
-        elif engine == "latch":
-            import latch
-            prog = latch.load(a.latch_probe) if a.latch_probe else \
-                probe_program(model, x, y, device)
-            loss, g = grads_latch(prog, model, x, y, device)
-            if hasattr(prog, "close"):
-                prog.close()
-        else:
-            raise SystemExit(f"unknown engine {engine!r} (latch, torch)")
-        errs = {n: rel_l2(g[n], g64[n]) for n in g64}
-        worst = sorted(errs.items(), key=lambda kv: -kv[1])
-        beyond = [n for n, e in worst if e > LIMIT]
-        ok &= not beyond
-        report["engines"][engine] = {"loss": loss, "loss_rel": abs(loss - loss64) / abs(loss64),
-                                     "errors": errs, "beyond_limit": beyond,
-                                     "worst": worst[0][0], "worst_rel_l2": worst[0][1]}
-        print(f"\n{engine}: loss {loss:.6f} (float64 {loss64:.6f}); {len(beyond)} of "
-              f"{len(errs)} tensors beyond {LIMIT}", flush=True)
-        print(f"  {'tensor':40s} rel L2 vs float64")
-        for n, e in worst[:a.top]:
-            print(f"  {n:40s} {e:.3e}{'  > limit' if e > LIMIT else ''}")
-    report["pass"] = ok
+    modes = [("engines", None)] + ([("engines_pinned", routes64)] if a.pinned else [])
+    for key, routes in modes:
+        ok = True
+        report[key] = {}
+        what = "" if routes is None else " (routing pinned to float64's)"
+        for engine in [e for e in a.engines.split(",") if e]:
+            if engine == "torch":
+                loss, g, chosen = grads_torch_bf16(model, x, y, device, routes)
+                if routes is None:
+                    # how often bf16 rounding changes a token's top-k expert set (a routing
+                    # flip changes which expert's weights see the token: gradients of every
+                    # later layer move with it, whatever the program)
+                    flips = routing_flips(chosen, routes64)
+                    report["torch_bf16_routing_flips_per_layer"] = flips
+                    print("torch bf16: tokens whose top-k experts differ from float64, per "
+                          "MoE layer: " + ", ".join(f"{f:.1%}" for f in flips), flush=True)
+            elif engine == "latch":
+                import latch
+                saved = a.latch_probe if routes is None else a.latch_probe_pinned
+                prog = latch.load(saved) if saved else \
+                    probe_program(model, x, y, device, routes)
+                loss, g = grads_latch(prog, model, x, y, device, routes)
+                if hasattr(prog, "close"):
+                    prog.close()
+            else:
+                raise SystemExit(f"unknown engine {engine!r} (latch, torch)")
+            errs = {n: rel_l2(g[n], g64[n]) for n in g64}
+            worst = sorted(errs.items(), key=lambda kv: -kv[1])
+            beyond = [n for n, e in worst if e > LIMIT]
+            ok &= not beyond
+            report[key][engine] = {"loss": loss, "loss_rel": abs(loss - loss64) / abs(loss64),
+                                   "errors": errs, "beyond_limit": beyond,
+                                   "worst": worst[0][0], "worst_rel_l2": worst[0][1]}
+            print(f"\n{engine}{what}: loss {loss:.6f} (float64 {loss64:.6f}); {len(beyond)} "
+                  f"of {len(errs)} tensors beyond {LIMIT}", flush=True)
+            print(f"  {'tensor':40s} rel L2 vs float64")
+            for n, e in worst[:a.top]:
+                print(f"  {n:40s} {e:.3e}{'  > limit' if e > LIMIT else ''}")
+        report["pass" if routes is None else "pass_pinned"] = ok
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:
             json.dump(report, f, indent=1)
         print(f"wrote {a.out}")
-    print("PASS" if ok else f"FAIL: tensors beyond {LIMIT} (see above)")
-    return 0 if ok else 1
+    for key, label in (("pass", "plain"), ("pass_pinned", "routing pinned")):
+        if key in report:
+            print(f"{label}: " + ("PASS" if report[key] else
+                                  f"FAIL: tensors beyond {LIMIT} (see above)"))
+    return 0 if report["pass"] else 1
 
 
 if __name__ == "__main__":

@@ -133,6 +133,9 @@ class MoE(nn.Module):
         super().__init__()
         self.E, self.k, self.cf = n_experts, top_k, capacity_factor
         self.router = nn.Linear(d, n_experts, bias=False)
+        # [N, k] expert indices that replace the router's top-k choice when set (the FP64
+        # qualification's routing-pinned comparison); None: route by the top-k probabilities
+        self.pinned_routes = None
         s_in, s_h = 1.0 / math.sqrt(d), 1.0 / math.sqrt(hidden)
         self.w1 = nn.Parameter(torch.randn(n_experts, d, hidden) * s_in)
         self.w3 = nn.Parameter(torch.randn(n_experts, d, hidden) * s_in)
@@ -144,7 +147,11 @@ class MoE(nn.Module):
         E, k = self.E, self.k
         C = math.ceil(self.cf * N * k / E)
         probs = torch.softmax(_fp32_or_wider(self.router(x)), dim=-1)            # [N, E] fp32
-        top_p, top_e = torch.topk(probs, k, dim=-1)                        # [N, k]
+        if self.pinned_routes is None:
+            top_p, top_e = torch.topk(probs, k, dim=-1)                    # [N, k]
+        else:
+            top_e = self.pinned_routes
+            top_p = probs.gather(-1, top_e)
         gates = top_p / top_p.sum(-1, keepdim=True)                        # renormalised
         flat_e = top_e.reshape(N * k)                                      # (token, k) order
         onehot = F.one_hot(flat_e, E)                                      # [N*k, E]

@@ -73,3 +73,31 @@ def test_state_from_a_latch_checkpoint(tmp_path):
         assert torch.equal(p.detach(), trained[n].reshape(p.shape)), n
     assert not torch.equal(dict(fresh.named_parameters())["tok.weight"],
                            dict(qualify.build_model_for_test().named_parameters())["tok.weight"])
+
+
+def test_pinned_routing_reproduces_the_model_and_separates_flips(tmp_path):
+    """A pinned copy given the model's own top-k choices computes the same loss and
+    gradients; --pinned reports both engines with float64's routing, where bf16 no longer
+    flips experts and every tensor of both engines passes the 0.08 bound on this state
+    (the plain comparison fails on routing flips alone)."""
+    model = qualify.build_model_for_test()
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, qualify.SYNTHETIC_VOCAB, (2, 64), generator=g)
+    y = torch.randint(0, qualify.SYNTHETIC_VOCAB, (2, 64), generator=g)
+    routes = qualify.example_routes(model, x, y)
+    assert len(routes) == 2 and routes[0].shape == (128, 2)
+    pinned = qualify.pinned(model)
+    assert [n for n, _ in pinned.named_parameters()] == [n for n, _ in model.named_parameters()]
+    assert torch.equal(pinned(x, y, torch.stack(routes)), model(x, y))
+    # another routing changes the loss: the pin is really used
+    other = torch.stack([r.flip(-1).roll(1, 0) for r in routes])
+    assert not torch.equal(pinned(x, y, other), model(x, y))
+    assert all(m.pinned_routes is None for m in qualify._moes(pinned))
+
+    rc, rep = _run(tmp_path, "--fresh", "--pinned")
+    assert rep["pass_pinned"] is True
+    for engine in ("latch", "torch"):
+        p = rep["engines_pinned"][engine]
+        assert p["worst_rel_l2"] < 0.08 < rep["engines"][engine]["worst_rel_l2"]
+        assert p["loss_rel"] < 1e-3
+    assert rc == (0 if rep["pass"] else 1)
