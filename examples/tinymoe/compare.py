@@ -1,24 +1,27 @@
 """Equal-steps comparison of TinyMoE training runs (issue: training to quality, items 3-4).
 
 Reads ``train.py`` run folders (``run.json``, ``train.csv``, ``val.csv``) of one recipe:
-Latch and the control from the same seed, and the control from a second seed, which
-measures the seed-to-seed noise.  Prints and writes (JSON, PNG plot, Markdown tables):
+Latch runs and control runs, paired by seed (same seed = same initial weights and batch
+order: only the program differs).  Two seeds of an engine measure the seed-to-seed noise.
+Prints and writes (JSON, PNG plot, Markdown tables):
 
-* validation cross-entropy per panel for every run; the difference Latch − control (same
-  seed: only the program differs) against control seed B − control seed A (the noise);
-  the curves *agree* when, over the panels after the warmup, the RMS and the largest
-  |Latch − control| are within the RMS and the largest |seed B − seed A|;
-* the update time (median of the logged per-update times, after the first 20 updates:
-  torch.compile compiles in the control's first updates) and its spread;
+* validation cross-entropy per panel for every run;
+* per seed, |Latch − control| over the panels after the warmup (RMS and largest), against
+  the seed-to-seed noise |seed B − seed A| of the control (and of Latch, with two Latch
+  seeds); a pair *agrees* when both its RMS and its largest difference are within the
+  control's; the mean over seeds of Latch − control per panel, and at how many panels it
+  is negative (Latch lower);
+* the update time (median of the logged per-update times after the first 20 updates, in
+  which torch.compile compiles the control) with its p5–p95 spread;
 * updates and time to a validation-loss target: ``--target`` or, by default, the highest
-  final validation loss of the runs (every run reaches it); time = update time only (panels
-  and checkpoints excluded), the control's compile excluded and reported separately;
+  final validation loss of the runs (every run reaches it); time = updates × the median
+  update time (panels, checkpoints and compilation excluded; compile reported apart);
 * optionally the FP64 qualification reports of ``qualify.py`` (``--qualify`` JSON files):
-  worst tensors per engine and state.
+  worst tensors per engine and state, plain and with routing pinned.
 
-    python examples/tinymoe/compare.py --latch runs/q-latch --control runs/q-torch-s0 \\
-        --control runs/q-torch-s1 --qualify q-fresh.json q-1000.json q-2000.json \\
-        --out bench/results/tinymoe_q
+    python examples/tinymoe/compare.py --latch runs/q-latch-s0 --latch runs/q-latch-s1 \\
+        --control runs/q-torch-s0 --control runs/q-torch-s1 \\
+        --qualify q-fresh.json q-1000.json q-2000.json --out bench/results/tinymoe_q
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import statistics
 import sys
 
 SKIP_UPDATES = 20        # the first updates: compilation (control), graph capture
+SETTINGS = ("recipe", "steps", "batch", "seq", "lr", "warmup", "precision", "tiny")
 
 
 def read_run(folder: str) -> dict:
@@ -47,12 +51,11 @@ def read_run(folder: str) -> dict:
     ms = [float(r["step_ms"]) for r in train]
     steady = ms[SKIP_UPDATES:] or ms
     q = statistics.quantiles(steady, n=20) if len(steady) >= 20 else [min(steady), max(steady)]
-    return {"folder": folder, "config": config,
+    return {"folder": folder, "config": config, "engine": config["engine"],
+            "seed": int(config["seed"]),
             "label": f"{config['engine']} seed {config['seed']}",
             "val": {int(r["step"]): float(r["val_all"]) for r in val},
-            "val_rows": val,
             "train_loss": [(int(r["step"]), float(r["loss"])) for r in train],
-            "step_ms": ms,
             "update_ms": statistics.median(steady), "update_ms_p5": q[0], "update_ms_p95": q[-1],
             "first_updates_s": sum(ms[:SKIP_UPDATES]) / 1e3,
             "updates": len(train)}
@@ -70,55 +73,76 @@ def rms(xs):
     return math.sqrt(sum(x * x for x in xs) / len(xs)) if xs else float("nan")
 
 
-def compare(latch: dict, controls: list[dict], target: float | None, warmup: int) -> dict:
-    a = controls[0]
-    if latch["config"]["seed"] != a["config"]["seed"]:
-        raise SystemExit("the first --control must use the Latch run's seed")
-    keys = ("recipe", "steps", "batch", "lr", "warmup", "precision")
-    for r in controls:
-        diff = {k: (latch["config"][k], r["config"][k]) for k in keys
-                if latch["config"][k] != r["config"][k]}
+def difference(a: dict, b: dict, panels: list[int]) -> dict:
+    d = [a["val"][s] - b["val"][s] for s in panels]
+    return {"rms": rms(d), "max_abs": max(map(abs, d), default=float("nan")),
+            "mean": sum(d) / len(d) if d else float("nan")}
+
+
+def compare(latches: list[dict], controls: list[dict], target: float | None) -> dict:
+    runs = latches + controls
+    first = runs[0]["config"]
+    for r in runs[1:]:
+        diff = {k: (first.get(k), r["config"].get(k)) for k in SETTINGS
+                if first.get(k) != r["config"].get(k)}
         if diff:
-            raise SystemExit(f"{r['folder']} ran other settings than {latch['folder']}: {diff}")
-    steps = sorted(set(latch["val"]).intersection(*[set(r["val"]) for r in controls]))
+            raise SystemExit(f"{r['folder']} ran other settings than {runs[0]['folder']}: "
+                             f"{diff}")
+    by_seed = {c["seed"]: c for c in controls}
+    for r in latches:
+        if r["seed"] not in by_seed:
+            raise SystemExit(f"{r['folder']}: no control run with seed {r['seed']} (pairs are "
+                             "by seed: same initial weights and batches)")
+    warmup = int(first["warmup"])
+    steps = sorted(set.intersection(*[set(r["val"]) for r in runs]))
     after = [s for s in steps if s > warmup]
-    d_latch = [latch["val"][s] - a["val"][s] for s in after]
-    out = {"panels": steps, "panels_compared": after,
-           "latch_minus_control": {"rms": rms(d_latch),
-                                   "max_abs": max(map(abs, d_latch), default=float("nan"))}}
-    if len(controls) > 1:
-        b = controls[1]
-        d_seed = [b["val"][s] - a["val"][s] for s in after]
-        out["seed_b_minus_seed_a"] = {"rms": rms(d_seed),
-                                      "max_abs": max(map(abs, d_seed), default=float("nan"))}
-        out["agree"] = (out["latch_minus_control"]["rms"] <= out["seed_b_minus_seed_a"]["rms"]
-                        and out["latch_minus_control"]["max_abs"]
-                        <= out["seed_b_minus_seed_a"]["max_abs"])
-    runs = [latch] + controls
+    out = {"panels": steps, "panels_compared": after, "pairs": [], "seed_noise": {}}
+    for name, group in (("control", controls), ("latch", latches)):
+        if len(group) >= 2:
+            out["seed_noise"][name] = dict(difference(group[1], group[0], after),
+                                           seeds=[group[0]["seed"], group[1]["seed"]])
+    noise = out["seed_noise"].get("control")
+    for r in latches:
+        d = difference(r, by_seed[r["seed"]], after)
+        d["seed"] = r["seed"]
+        if noise:
+            d["agree"] = d["rms"] <= noise["rms"] and d["max_abs"] <= noise["max_abs"]
+        out["pairs"].append(d)
+    if latches and controls:
+        mean = {s: statistics.mean(r["val"][s] - by_seed[r["seed"]]["val"][s] for r in latches)
+                for s in after}
+        out["mean_latch_minus_control"] = mean
+        out["panels_latch_lower"] = sum(v < 0 for v in mean.values())
     final = {r["label"]: r["val"][max(r["val"])] for r in runs}
+    best = {r["label"]: min(r["val"].values()) for r in runs}
     if target is None:
         target = max(final.values())
-    out["target"] = target
-    out["final_val"] = final
-    out["to_target"] = {}
+    out.update(target=target, final_val=final, best_val=best, to_target={}, update_ms={})
     for r in runs:
         s, t = updates_to(r, target)
         out["to_target"][r["label"]] = {"updates": s, "update_time_s": t}
-    out["update_ms"] = {r["label"]: {"median": r["update_ms"], "p5": r["update_ms_p5"],
-                                     "p95": r["update_ms_p95"],
-                                     "first_updates_s": r["first_updates_s"]} for r in runs}
+        out["update_ms"][r["label"]] = {"median": r["update_ms"], "p5": r["update_ms_p5"],
+                                        "p95": r["update_ms_p95"],
+                                        "first_updates_s": r["first_updates_s"]}
     return out
+
+
+def _state_source(q: dict) -> str:
+    st = q.get("state", "")
+    if st == "fresh":
+        return "init"
+    return "Latch run" if st.endswith(".latchckpt") else "control run"
 
 
 def qualification_table(reports: list[dict], key: str = "engines", top: int = 3) -> list[str]:
     """Markdown rows per state and engine (``key``: "engines", or "engines_pinned" for the
     comparison with routing pinned to float64's choices)."""
-    lines = ["| state | engine | loss rel. err. | tensors > 0.08 | worst tensors (rel. L2 vs FP64) |",
-             "|---|---|---|---|---|"]
+    lines = ["| state (update, from) | engine | loss rel. err. | tensors > 0.08 | "
+             "worst tensors (rel. L2 vs FP64) |", "|---|---|---|---|---|"]
     for q in reports:
         for eng, e in q.get(key, {}).items():
             worst = sorted(e["errors"].items(), key=lambda kv: -kv[1])[:top]
-            lines.append(f"| {q['step']} | {eng} | {e['loss_rel']:.1e} | "
+            lines.append(f"| {q['step']} ({_state_source(q)}) | {eng} | {e['loss_rel']:.1e} | "
                          f"{len(e['beyond_limit'])} of {len(e['errors'])} | "
                          + ", ".join(f"`{n}` {v:.3f}" for n, v in worst) + " |")
     return lines
@@ -132,21 +156,27 @@ def plot(runs: list[dict], target: float, path: str) -> bool:
     except ImportError:
         return False
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
-    colors = ("tab:red", "tab:blue", "tab:green", "tab:purple")
-    for r, c in zip(runs, colors):
+    palette = ("tab:red", "tab:blue", "tab:green", "tab:purple")
+    seeds = sorted({r["seed"] for r in runs})
+    k = 25
+    for r in runs:
+        color = palette[seeds.index(r["seed"]) % len(palette)]
+        ls = "-" if r["engine"] == "latch" else "--"
         s = sorted(r["val"])
-        ax1.plot(s, [r["val"][k] for k in s], marker="o", ms=2.5, lw=1.4, color=c,
+        ax1.plot(s, [r["val"][x] for x in s], marker="o", ms=2.5, lw=1.4, ls=ls, color=color,
                  label=r["label"])
         tl = r["train_loss"]
-        k = 25
         if len(tl) > k:
             v = [x for _, x in tl]
-            m = [sum(v[i:i + k]) / k for i in range(len(v) - k + 1)]
-            ax2.plot([tl[i + k // 2][0] for i in range(len(m))], m, lw=1.0, color=c,
-                     label=r["label"])
-    ax1.axhline(target, color="gray", ls="--", lw=0.8, label=f"target {target:.3f}")
+            c = [0.0]
+            for x in v:
+                c.append(c[-1] + x)
+            m = [(c[i + k] - c[i]) / k for i in range(len(v) - k + 1)]
+            ax2.plot([tl[i + k // 2][0] for i in range(len(m))], m, lw=1.0, ls=ls,
+                     color=color, label=r["label"])
+    ax1.axhline(target, color="gray", ls=":", lw=0.8, label=f"target {target:.3f}")
     ax1.set_title("validation cross-entropy (fixed panel)", fontsize=10)
-    ax2.set_title(f"training loss (mean of {25} updates)", fontsize=10)
+    ax2.set_title(f"training loss (mean of {k} updates)", fontsize=10)
     for ax in (ax1, ax2):
         ax.set_xlabel("update")
         ax.set_ylabel("nats/token")
@@ -154,72 +184,86 @@ def plot(runs: list[dict], target: float, path: str) -> bool:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     lo = min(min(r["val"].values()) for r in runs)
-    ax1.set_ylim(lo - 0.1, lo + 2.5)
-    ax2.set_ylim(lo - 0.3, lo + 2.5)
+    ax1.set_ylim(lo - 0.1, lo + 2.0)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return True
 
 
+def report_lines(latches, controls, res) -> list[str]:
+    runs = latches + controls
+    c = runs[0]["config"]
+    lines = [f"TinyMoE recipe {c['recipe']}, {runs[0]['updates']} updates (schedule "
+             f"{c['steps']}), batch {c['batch']} x {c['seq']}", "",
+             "| run | update ms (median, p5–p95) | first 20 updates s | final val | best val | "
+             f"updates to {res['target']:.3f} | update time to target s |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        u, t = res["update_ms"][r["label"]], res["to_target"][r["label"]]
+        lines.append(f"| {r['label']} | {u['median']:.1f} ({u['p5']:.1f}–{u['p95']:.1f}) | "
+                     f"{u['first_updates_s']:.1f} | {res['final_val'][r['label']]:.4f} | "
+                     f"{res['best_val'][r['label']]:.4f} | {t['updates']} | "
+                     + (f"{t['update_time_s']:.0f}" if t["update_time_s"] is not None else "—")
+                     + " |")
+    mean = res.get("mean_latch_minus_control", {})
+    lines += ["", "| update | " + " | ".join(r["label"] for r in runs) +
+              (" | Latch − control (mean over seeds) |" if mean else " |"),
+              "|---" * (len(runs) + 1 + bool(mean)) + "|"]
+    for s in res["panels"]:
+        row = " | ".join(f"{r['val'][s]:.4f}" for r in runs)
+        extra = f" | {mean[s]:+.4f}" if s in mean else (" | " if mean else "")
+        lines.append(f"| {s} | {row}{extra} |")
+    n = len(res["panels_compared"])
+    lines += ["", f"Over the {n} panels after the warmup (validation loss, nats):"]
+    for name, d in res["seed_noise"].items():
+        lines.append(f"- seed-to-seed noise, {name} (seed {d['seeds'][1]} − seed "
+                     f"{d['seeds'][0]}): RMS {d['rms']:.4f}, max {d['max_abs']:.4f}")
+    for d in res["pairs"]:
+        verdict = ("" if "agree" not in d else
+                   ": within the control's seed-to-seed noise" if d["agree"] else
+                   ": beyond the control's seed-to-seed noise")
+        lines.append(f"- Latch − control, seed {d['seed']}: RMS {d['rms']:.4f}, max "
+                     f"{d['max_abs']:.4f}, mean {d['mean']:+.4f}{verdict}")
+    if mean:
+        lines.append(f"- Latch − control, mean over the seeds: RMS "
+                     f"{rms(list(mean.values())):.4f}; negative (Latch lower) at "
+                     f"{res['panels_latch_lower']} of {n} panels")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--latch", required=True, help="the Latch run folder")
+    ap.add_argument("--latch", action="append", required=True, help="Latch run folders")
     ap.add_argument("--control", action="append", required=True,
-                    help="control run folders: the Latch run's seed first, then another seed")
+                    help="control run folders (one per Latch seed; two seeds give the noise)")
     ap.add_argument("--target", type=float, default=None,
                     help="validation-loss target (default: the highest final loss of the runs)")
     ap.add_argument("--qualify", nargs="*", default=[], help="qualify.py JSON reports")
     ap.add_argument("--out", help="write OUT.json, OUT.png and OUT.md")
     a = ap.parse_args(argv)
-    latch = read_run(a.latch)
-    controls = [read_run(c) for c in a.control]
-    labels = [r["label"] for r in [latch] + controls]
-    for r in [latch] + controls:          # e.g. two runs of one engine and seed
+    latches = [read_run(p) for p in a.latch]
+    controls = [read_run(p) for p in a.control]
+    runs = latches + controls
+    labels = [r["label"] for r in runs]
+    for r in runs:                          # e.g. two runs of one engine and seed
         if labels.count(r["label"]) > 1:
             r["label"] += f" ({os.path.basename(os.path.normpath(r['folder']))})"
-    res = compare(latch, controls, a.target, warmup=int(latch["config"]["warmup"]))
-    runs = [latch] + controls
-    lines = [f"TinyMoE-196M recipe {latch['config']['recipe']}, {latch['updates']} updates "
-             f"(schedule {latch['config']['steps']}), batch {latch['config']['batch']} x "
-             f"{latch['config']['seq']}", "",
-             "| run | update ms (median, p5–p95) | first 20 updates s | final val | "
-             f"updates to {res['target']:.3f} | update time to target s |",
-             "|---|---|---|---|---|---|"]
-    for r in runs:
-        u, t = res["update_ms"][r["label"]], res["to_target"][r["label"]]
-        lines.append(f"| {r['label']} | {u['median']:.1f} ({u['p5']:.1f}–{u['p95']:.1f}) | "
-                     f"{u['first_updates_s']:.1f} | {res['final_val'][r['label']]:.4f} | "
-                     f"{t['updates']} | "
-                     + (f"{t['update_time_s']:.0f}" if t["update_time_s"] is not None else "—")
-                     + " |")
-    lines += ["", "| update | " + " | ".join(r["label"] for r in runs) +
-              " | Latch − control | seed B − seed A |", "|---" * (len(runs) + 3) + "|"]
-    for s in res["panels"]:
-        row = [f"{r['val'][s]:.4f}" for r in runs]
-        dl = latch["val"][s] - controls[0]["val"][s]
-        ds = (controls[1]["val"][s] - controls[0]["val"][s]) if len(controls) > 1 else float("nan")
-        lines.append(f"| {s} | " + " | ".join(row) + f" | {dl:+.4f} | {ds:+.4f} |")
-    m = res["latch_minus_control"]
-    lines += ["", f"after the warmup ({len(res['panels_compared'])} panels): |Latch − control| "
-              f"RMS {m['rms']:.4f}, max {m['max_abs']:.4f}"]
-    if "seed_b_minus_seed_a" in res:
-        n = res["seed_b_minus_seed_a"]
-        lines[-1] += (f"; |seed B − seed A| RMS {n['rms']:.4f}, max {n['max_abs']:.4f}: "
-                      + ("agree within seed-to-seed noise" if res["agree"] else
-                         "Latch is further from the control than the seeds are apart"))
-    reports = [json.load(open(p)) for p in a.qualify]
+    res = compare(latches, controls, a.target)
+    lines = report_lines(latches, controls, res)
+    reports = sorted((json.load(open(p)) for p in a.qualify),
+                     key=lambda q: (q["step"], _state_source(q)))
     if reports:
-        reports.sort(key=lambda q: q["step"])
-
         def summary(engines):
             return {e: {"worst": v["worst"], "worst_rel_l2": v["worst_rel_l2"],
-                        "beyond_limit": v["beyond_limit"]} for e, v in engines.items()}
+                        "loss_rel": v["loss_rel"], "beyond_limit": v["beyond_limit"]}
+                    for e, v in engines.items()}
         res["qualification"] = [{"step": q["step"], "state": q.get("state"),
                                  "pass": q["pass"], "engines": summary(q["engines"]),
                                  "pass_pinned": q.get("pass_pinned"),
                                  "engines_pinned": summary(q.get("engines_pinned", {})),
-                                 "routing_flips": q.get("torch_bf16_routing_flips_per_layer")}
+                                 "routing_flips": q.get("torch_bf16_routing_flips_per_layer"),
+                                 "gpu": q.get("gpu"), "commit": q.get("commit")}
                                 for q in reports]
         lines += ["", "FP64 qualification (plain):", "", *qualification_table(reports)]
         if any("engines_pinned" in q for q in reports):

@@ -280,8 +280,9 @@ def test_train_keeps_the_named_states(built, tmp_path):
 
 
 def test_compare_reads_runs_and_reports_agreement(built, tmp_path):
-    """compare.py: the same seed twice agrees exactly (difference 0), a second seed gives the
-    noise; the update-time, target and qualification tables are written."""
+    """compare.py: runs pair by seed; the same seed twice agrees exactly (difference 0), a
+    second seed gives the noise; the update-time, target and qualification tables are
+    written; a Latch run without a control of its seed is refused."""
     pytest.importorskip("torch")
     import compare
     runs = {}
@@ -297,12 +298,14 @@ def test_compare_reads_runs_and_reports_agreement(built, tmp_path):
                          "--qualify", str(qual), "--out", out]) == 0
     res = json.load(open(out + ".json"))
     assert res["panels"] == [0, 3, 6, 8] and res["panels_compared"] == [3, 6, 8]
-    assert res["latch_minus_control"] == {"rms": 0.0, "max_abs": 0.0}
-    assert res["seed_b_minus_seed_a"]["max_abs"] > 0 and res["agree"] is True
+    assert res["pairs"] == [{"seed": 0, "rms": 0.0, "max_abs": 0.0, "mean": 0.0,
+                             "agree": True}]
+    assert res["seed_noise"]["control"]["max_abs"] > 0
+    assert res["panels_latch_lower"] == 0
     assert res["target"] == max(res["final_val"].values())
     assert all(t["updates"] is not None for t in res["to_target"].values())
     md = open(out + ".md").read()
-    assert "`w` 0.200" in md and "1 of 2" in md
+    assert "`w` 0.200" in md and "1 of 2" in md and "within the control's" in md
     # a control that is not the Latch run's seed first is refused
     with pytest.raises(SystemExit, match="seed"):
         compare.main(["--latch", runs["a"], "--control", runs["c"]])
