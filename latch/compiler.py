@@ -58,7 +58,7 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     ``example_inputs``: a tuple of tensors with the shapes and dtypes of every later batch
     (with ``distributed=True``: one rank's shard of the batch).
     Other keywords are fields of :class:`latch.options.CompileOptions` (``opt_level``,
-    ``distributed``, ``bucket_mb``).
+    ``distributed``, ``bucket_mb``, ``attention``).
     """
     options = CompileOptions(target=target, precision=precision, on_nonfinite=on_nonfinite,
                              **kwargs)
@@ -78,4 +78,6 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
         build = lambda: build_program(model, rule, inputs, options)  # noqa: E731
     # the persistent compile cache (latch/cache.py): trace, key, hit -> load, miss -> build
     from latch.cache import cached_compile
-    return cached_compile(model, rule, inputs, options, build)
+    from latch.frontend.attention import attention_rounding
+    with attention_rounding(options.attention):     # the traces (key and build) see it
+        return cached_compile(model, rule, inputs, options, build)

@@ -15,6 +15,12 @@ PRECISIONS = {
     "fp32": "everything in float32",
     "bf16": "matmul inputs in bfloat16 as torch.autocast does; fp32 master weights and state",
 }
+ATTENTION = {
+    "math": "PyTorch's math decomposition under autocast: scores rounded to bf16 before the "
+            "softmax (what torch.autocast on the CPU computes)",
+    "flash": "the rounding of PyTorch's CUDA flash kernels: float32 scores and softmax, bf16 "
+             "probabilities and score gradients in the second products (precision='bf16')",
+}
 NONFINITE = {
     "skip": "a step whose loss or new state is non-finite is not committed (state untouched); "
             "state.skipped_steps counts it",
@@ -42,6 +48,10 @@ class CompileOptions:
     # in buckets of at most ``bucket_mb`` MiB (PyTorch DDP's default bucket size).
     distributed: bool = False
     bucket_mb: float = 25.0
+    # How bf16 attention is rounded (latch/frontend/attention.py): "math", PyTorch's math
+    # decomposition under autocast (scores rounded to bf16), or "flash", the rounding of
+    # PyTorch's CUDA flash kernels (float32 scores and softmax).
+    attention: str = "math"
 
     def __post_init__(self):
         _check("target", self.target, TARGETS)
@@ -54,6 +64,10 @@ class CompileOptions:
         if self.distributed and self.target != "cuda":
             raise LatchError(f"distributed=True needs target='cuda' (the gradients are averaged "
                              f"with NCCL); got target={self.target!r}")
+        _check("attention", self.attention, ATTENTION)
+        if self.attention != "math" and self.precision != "bf16":
+            raise LatchError(f"attention={self.attention!r} sets how bf16 attention is "
+                             f"rounded; it needs precision='bf16' (got {self.precision!r})")
         if not (isinstance(self.bucket_mb, (int, float)) and 0 < self.bucket_mb < 1 << 20):
             raise LatchError(f"bucket_mb must be a positive number of MiB, got "
                              f"{self.bucket_mb!r}")

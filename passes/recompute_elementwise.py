@@ -23,8 +23,9 @@ A producer qualifies when:
 * it has 2 to ``max-readers`` readers, each a ``linalg.generic`` that takes it as an input
   indexed by all of its loops (every element read once — a row reduction qualifies, a
   contraction, which reads each element once per column of the other operand, does not:
-  products keep reading materialized operands, as latch-form-contraction-kernels wants),
-  directly or through ``tensor.expand_shape`` / ``tensor.collapse_shape`` (cloned with the
+  products keep reading materialized operands, as latch-form-contraction-kernels wants —
+  except a plain widening of bf16 to f32, whose copies let each product read the bf16
+  values and widen them itself, a tensor-core kernel), directly or through ``tensor.expand_shape`` / ``tensor.collapse_shape`` (cloned with the
   copy; elementwise fusion folds them once ``linalg-fold-unit-extent-dims`` has made every
   indexing map a projected permutation).
 
@@ -147,16 +148,17 @@ def _bytes(t) -> int:
     return n * max(1, element_bits(ir.ShapedType(t).element_type) // 8)
 
 
-def _readers(value, path=()) -> list | None:
+def _readers(value, path=(), projections: bool = False) -> list | None:
     """(reshapes on the way, reader, operand number) for each use of ``value``, seen
     through ``tensor.expand_shape`` / ``tensor.collapse_shape``; None if a reader is not a
     ``linalg.generic`` taking the value as an input indexed by all of its loops (a
-    permutation: every element read once)."""
+    permutation: every element read once) — or, with ``projections``, by some of them (a
+    contraction, reading each element once per column of the other operand)."""
     out = []
     for use in value.uses:
         user, number = _op(use.owner), use.operand_number
         if user.name in ("tensor.expand_shape", "tensor.collapse_shape"):
-            inner = _readers(user.results[0], path + (user,))
+            inner = _readers(user.results[0], path + (user,), projections)
             if inner is None:
                 return None
             out.extend(inner)
@@ -165,10 +167,26 @@ def _readers(value, path=()) -> list | None:
             return None
         n_in, _ = _segments(user)
         m = _maps(user)[number] if number < n_in else None
-        if m is None or not m.is_permutation or m.n_dims != _n_loops(user):
+        if m is None or m.n_dims != _n_loops(user):
+            return None
+        if not (m.is_permutation or projections and m.is_projected_permutation):
             return None
         out.append((path, user, number))
     return out
+
+
+def _widens_bf16(op) -> bool:
+    """Whether generic ``op`` only widens one bf16 input to f32 (``yield extf(in)``): a
+    product reading its copy reads bf16 values widened at the product (a tensor-core kernel
+    in latch-form-contraction-kernels) and half the bytes of the materialized f32."""
+    n_in, _ = _segments(op)
+    body = [_op(o) for o in op.regions[0].blocks[0].operations]
+    if n_in != 1 or [o.name for o in body] != ["arith.extf", "linalg.yield"]:
+        return False
+    ext = body[0]
+    return (str(ext.operands[0].type) == "bf16" and str(ext.results[0].type) == "f32" and
+            ext.operands[0] == op.regions[0].blocks[0].arguments[0] and
+            body[1].operands[0] == ext.results[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +210,8 @@ class RecomputeElementwise(ModulePass):
                 if not _is_recomputable(op):
                     continue
                 readers = _readers(op.results[0])
+                if readers is None and _widens_bf16(op):
+                    readers = _readers(op.results[0], projections=True)
                 if readers is None or not 2 <= len(readers) <= self.max_readers:
                     continue
                 for path, owner, number in readers[1:]:

@@ -159,14 +159,14 @@ def grads_torch_bf16(model, x, y, device, routes=None):
     return float(loss.detach()), {n: g.float().cpu() for n, g in zip(names, gs)}, chosen
 
 
-def probe_program(model, x, y, device, routes=None):
+def probe_program(model, x, y, device, routes=None, attention="math"):
     """The Latch SGD(1.0) bf16 probe; with ``routes`` (an example), the pinned variant."""
     import latch
     from latch import optim
     target = "cuda" if device.type == "cuda" else "cpu"
     m = model if routes is None else pinned(model)
     return latch.compile(m, optim.SGD(1.0), _inputs(x, y, routes, torch.device("cpu")),
-                         target=target, precision="bf16")
+                         target=target, precision="bf16", attention=attention)
 
 
 def grads_latch(prog, model, x, y, device, routes=None):
@@ -202,6 +202,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="latch,torch")
     ap.add_argument("--latch-probe", help="a saved SGD(1.0) bf16 probe program to run")
     ap.add_argument("--save-probe", help="compile the probe program for cuda, save, stop")
+    ap.add_argument("--attention", choices=("math", "flash"), default="math",
+                    help="the Latch probe's attention rounding (latch.compile's option)")
     ap.add_argument("--pinned", action="store_true",
                     help="also measure each engine with routing pinned to float64's choices")
     ap.add_argument("--latch-probe-pinned", help="a saved pinned-routing probe program")
@@ -227,7 +229,8 @@ def main(argv=None) -> int:
         for path, routes in ((a.save_probe, None),
                              (a.save_probe_pinned, example_routes(model, x, y))):
             if path:
-                probe_program(model, x, y, torch.device("cuda"), routes).save(path)
+                probe_program(model, x, y, torch.device("cuda"), routes,
+                              a.attention).save(path)
                 print(f"wrote {path}", flush=True)
         return 0
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -261,7 +264,7 @@ def main(argv=None) -> int:
                 import latch
                 saved = a.latch_probe if routes is None else a.latch_probe_pinned
                 prog = latch.load(saved) if saved else \
-                    probe_program(model, x, y, device, routes)
+                    probe_program(model, x, y, device, routes, a.attention)
                 loss, g = grads_latch(prog, model, x, y, device, routes)
                 if hasattr(prog, "close"):
                     prog.close()

@@ -211,7 +211,7 @@ class LatchEngine:
                                      else "cpu")
             t0 = time.perf_counter()
             self.prog = latch.compile(model, rule, example, target=target,
-                                      precision=args.precision)
+                                      precision=args.precision, attention=args.attention)
             print(f"latch.compile (target {target}, precision {args.precision}): "
                   f"{time.perf_counter() - t0:.1f} s", flush=True)
         self.cuda = self.prog.manifest.get("kind") == "cuda-update" or (
@@ -499,6 +499,9 @@ def parse_args(argv=None):
     ap.add_argument("--program", default=None, help="--engine latch: a saved program to run")
     ap.add_argument("--save-program", default=None,
                     help="--engine latch: compile, save the program there and stop")
+    ap.add_argument("--attention", choices=("math", "flash"), default="math",
+                    help="--engine latch, bf16: how attention is rounded (latch.compile's "
+                         "attention option; flash: float32 scores, as PyTorch's CUDA kernels)")
     ap.add_argument("--target", choices=("cuda", "cpu"), default=None,
                     help="--engine latch: the compile target (default: cuda with "
                          "--save-program or on a CUDA device, else cpu)")
@@ -537,6 +540,8 @@ def main(argv=None) -> int:
     # what a compiled Latch program bakes in (checked when a saved one is loaded)
     args.schedule = {k: config[k] for k in ("recipe", "steps", "batch", "seq", "lr", "warmup",
                                              "precision", "tiny", "params")}
+    if args.engine == "latch":
+        config["attention"] = args.schedule["attention"] = args.attention
     stream = tmdata.TokenStream(args.data, args.batch, seq, seed=args.seed)
     x0, y0 = stream.xy(0)
 

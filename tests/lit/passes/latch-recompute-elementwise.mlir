@@ -81,6 +81,47 @@ func.func @contraction_reader(%l: tensor<8x8xf32>, %w: tensor<8x8xf32>, %acc: te
 }
 
 // -----
+// Except a plain widening of bf16 to f32 (attention="flash": q read by the scores' product
+// and by the key gradient's): one copy per product, so each fuses into its product, which
+// reads the bf16 values and widens them itself (a tensor-core kernel, half the bytes).
+// CHECK-LABEL: func.func @widening_read_by_products(
+// CHECK-COUNT-2: arith.extf
+// CHECK-NOT: arith.extf
+// FUSED-LABEL: func.func @widening_read_by_products(
+// FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%arg0, %arg1 : tensor<8x8xbf16>, tensor<8x8xf32>)
+// FUSED: arith.extf
+// FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%arg1, %arg0 : tensor<8x8xf32>, tensor<8x8xbf16>)
+// FUSED: arith.extf
+#wa = affine_map<(i, j, k) -> (i, k)>
+#wb = affine_map<(i, j, k) -> (k, j)>
+#wc = affine_map<(i, j, k) -> (i, j)>
+#wid = affine_map<(d0, d1) -> (d0, d1)>
+func.func @widening_read_by_products(%q: tensor<8x8xbf16>, %w: tensor<8x8xf32>, %acc: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %e = tensor.empty() : tensor<8x8xf32>
+  %qf = linalg.generic {indexing_maps = [#wid, #wid], iterator_types = ["parallel", "parallel"]}
+      ins(%q : tensor<8x8xbf16>) outs(%e : tensor<8x8xf32>) {
+    ^bb0(%a: bf16, %o: f32):
+      %x = arith.extf %a : bf16 to f32
+      linalg.yield %x : f32
+  } -> tensor<8x8xf32>
+  %s = linalg.generic {indexing_maps = [#wa, #wb, #wc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%qf, %w : tensor<8x8xf32>, tensor<8x8xf32>) outs(%acc : tensor<8x8xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %m = arith.mulf %x, %y : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  %g = linalg.generic {indexing_maps = [#wa, #wb, #wc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%w, %qf : tensor<8x8xf32>, tensor<8x8xf32>) outs(%acc : tensor<8x8xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %m = arith.mulf %x, %y : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  return %s, %g : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
 // A producer that reads two full-size tensors stays: each reader would read two tensors
 // instead of one.
 // CHECK-LABEL: func.func @two_large_inputs(
