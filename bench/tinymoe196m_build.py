@@ -9,7 +9,9 @@ b32); ``b<batch>-<precision>-every<N>`` is the selective-updates workload (exper
 step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py runs it);
 ``b<batch>-<precision>-looped`` (e.g. b32-bf16-looped) is the looped TinyMoE of WORKLOADS.md
 (layers 2-5 applied twice: tinymoe_model.make_looped_tinymoe_196m; bench/tinymoe_bench_gpu.py
---workloads looped-b32 runs it).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+--workloads looped-b32 runs it); a trailing ``-flash`` (e.g. b32-bf16-flash) compiles with
+``attention="flash"`` (latch/frontend/attention.py; the bench's ``latch-flash`` engine runs
+it).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
 so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
@@ -52,6 +54,9 @@ def build(name: str) -> dict:
     recipe = "B2" if batch == 2 else "Q"
     rule = tinymoe_rule(recipe)
     make = make_tinymoe_196m
+    attention = "math"
+    if variant[-1:] == ["flash"]:   # e.g. b32-bf16-flash: attention="flash" (bf16 rounding)
+        attention, variant = "flash", variant[:-1]
     if variant == ["looped"]:   # e.g. b32-bf16-looped: the looped TinyMoE (layers 2-5 twice)
         make = make_looped_tinymoe_196m
     elif variant:        # e.g. b2-bf16-every16: the selective-updates workload
@@ -59,14 +64,15 @@ def build(name: str) -> dict:
             raise SystemExit(f"unknown build {name!r}")
         rule = selective_rule(recipe, int(variant[0][len("every"):]))
     model, example = make(batch=batch)
-    rec = {"precision": precision, "batch": batch, "recipe": recipe,
+    rec = {"precision": precision, "batch": batch, "recipe": recipe, "attention": attention,
            "fingerprint": fingerprint(model)}
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications
     t0 = time.perf_counter()
     try:
-        prog = latch.compile(model, rule, example, target="cuda", precision=precision)
+        prog = latch.compile(model, rule, example, target="cuda", precision=precision,
+                             attention=attention)
     except Exception as e:  # noqa: BLE001 - record where the cuda path stops
         rec["failed"] = f"{type(e).__name__}: {str(e)[:2000]}"
         rec["traceback_tail"] = traceback.format_exc().splitlines()[-8:]

@@ -10,6 +10,9 @@ AdamW 0.9/0.95 eps 1e-8 wd 0.1, clip 1.0, warmup+cosine learning rate; WORKLOADS
 engine runs in its own process on the same model (same seed) and the same fixed batch:
 
 * ``latch``: the artifact ``tinymoe196m-b<B>-bf16.latch``, one CUDA graph replay per update;
+* ``latch-flash`` (not in the default ``--engines``): ``tinymoe196m-b<B>-bf16-flash.latch``,
+  compiled with ``attention="flash"`` (build ``b<B>-bf16-flash``); its time relative to
+  ``latch`` is printed;
 * ``torch-eager``: zero_grad, autocast forward, backward, clip_grad_norm_, AdamW, schedule;
 * ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
   update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
@@ -87,16 +90,17 @@ def parse_workload(name: str) -> tuple[int, bool]:
     return int(body[1:]), looped
 
 
-def build_name(batch: int, looped: bool) -> str:
-    """The bench/tinymoe196m_build.py build (and artifact) of a workload."""
-    return f"b{batch}-bf16" + ("-looped" if looped else "")
+def build_name(batch: int, looped: bool, flash: bool = False) -> str:
+    """The bench/tinymoe196m_build.py build (and artifact) of a workload (``flash``: the
+    build compiled with attention="flash", the ``latch-flash`` engine)."""
+    return f"b{batch}-bf16" + ("-looped" if looped else "") + ("-flash" if flash else "")
 
 
-def run_latch(batch, idx, tgt, model, args, looped=False) -> dict:
+def run_latch(batch, idx, tgt, model, args, looped=False, flash=False) -> dict:
     import torch
 
     import latch
-    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped)}.latch"))
+    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped, flash)}.latch"))
     d = prog.describe()
     out = {"launches": d["kernels"], "kernel_modules": d["modules"],
            "arena_bytes": d["arena_bytes"]}
@@ -184,12 +188,14 @@ def child(engine: str, workload: str, args) -> dict:
     batch, looped = parse_workload(workload)
     make = make_looped_tinymoe_196m if looped else make_tinymoe_196m
     model, (idx, tgt) = make(batch=batch)
-    build = json.load(open(os.path.join(ART, "build.json"))).get(build_name(batch, looped), {})
+    flash = engine == "latch-flash"
+    build = json.load(open(os.path.join(ART, "build.json"))).get(
+        build_name(batch, looped, flash), {})
     want, got = build.get("fingerprint", {}), fingerprint(model)
     same = all(abs(got[k][1] - want[k][1]) <= 1e-9 * abs(want[k][1]) for k in want)
     idx, tgt = idx.cuda(), tgt.cuda()
-    if engine == "latch":
-        out = run_latch(batch, idx, tgt, model, args, looped)
+    if engine in ("latch", "latch-flash"):
+        out = run_latch(batch, idx, tgt, model, args, looped, flash)
         for k in ("total_s", "stages_s"):
             if k in build:
                 out["compile_" + k] = build[k]
@@ -328,7 +334,7 @@ def main() -> int:
                 print(f"{tag} {engine}: FAILED {json.dumps(res)[:1500]}", flush=True)
             else:
                 extra = (f" {res['launches']} launches, arena {res['arena_bytes']:,} B"
-                         if engine == "latch" else "")
+                         if engine.startswith("latch") else "")
                 losses = res.get("losses") or []
                 curve = (f"; loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} "
                          "updates" if losses else "")
@@ -350,6 +356,10 @@ def main() -> int:
                     ratio = ok[e]["median_ms"] / ok["latch"]["median_ms"]
                     ok["latch"][f"speedup_vs_{e}"] = ratio
                     print(f"{tag} latch vs {e}: {ratio:.2f}x", flush=True)
+        if "latch" in ok and "latch-flash" in ok:      # attention="flash" vs the math path
+            r = ok["latch-flash"]["median_ms"] / ok["latch"]["median_ms"]
+            ok["latch-flash"]["time_vs_latch"] = r
+            print(f"{tag} latch-flash / latch: {r:.3f}x the time", flush=True)
         curves = {e: r["losses"] for e, r in ok.items()}
         if "latch" in curves and "torch-eager" in curves and \
                 min(len(curves["latch"]), len(curves["torch-eager"])):
