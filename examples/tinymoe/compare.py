@@ -53,7 +53,10 @@ def read_run(folder: str) -> dict:
     q = statistics.quantiles(steady, n=20) if len(steady) >= 20 else [min(steady), max(steady)]
     return {"folder": folder, "config": config, "engine": config["engine"],
             "seed": int(config["seed"]),
-            "label": f"{config['engine']} seed {config['seed']}",
+            "label": f"{config['engine']}"
+                     + (f" (attention {config['attention']})"
+                        if config.get("attention", "math") != "math" else "")
+                     + f" seed {config['seed']}",
             "val": {int(r["step"]): float(r["val_all"]) for r in val},
             "train_loss": [(int(r["step"]), float(r["loss"])) for r in train],
             "update_ms": statistics.median(steady), "update_ms_p5": q[0], "update_ms_p95": q[-1],
