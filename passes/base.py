@@ -38,9 +38,15 @@ class ModulePass:
 def function_definitions(module):
     """The ``func.func`` ops of ``module`` that have a body (declarations skipped)."""
     for op in module.regions[0].blocks[0].operations:
-        op = op.operation if hasattr(op, "operation") else op
+        op = operation(op)
         if op.name == "func.func" and op.regions and op.regions[0].blocks:
             yield op
+
+
+def operation(o):
+    """The ``Operation`` of an op view (or the operation itself): Python wrappers of one op
+    are not identical objects, their ``.operation`` compares and exposes the generic API."""
+    return o.operation if hasattr(o, "operation") else o
 
 
 def defining_op(v):
@@ -48,7 +54,7 @@ def defining_op(v):
     owner = v.owner
     if hasattr(owner, "arguments"):
         return None
-    return owner.operation if hasattr(owner, "operation") else owner
+    return operation(owner)
 
 
 def has_parallel_work(op) -> bool:
@@ -56,7 +62,7 @@ def has_parallel_work(op) -> bool:
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
-                inner = inner.operation if hasattr(inner, "operation") else inner
+                inner = operation(inner)
                 if inner.name.startswith("linalg.") or has_parallel_work(inner):
                     return True
     return False

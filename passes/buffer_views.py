@@ -5,6 +5,8 @@ reads or writes (latch-wrap-host-compute, its row reductions, latch-form-contrac
 and its one-hot scatter)."""
 from __future__ import annotations
 
+from latch.passes.base import operation as _op
+
 VIEW_OPS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
             "memref.reinterpret_cast", "memref.view", "memref.reshape")
 
@@ -18,10 +20,6 @@ def root(v):
             break
         v = o.operands[0]
     return v
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 def users(alloc) -> list:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 
 from latch.errors import LatchError, PassError
+from latch.passes.base import operation as _op
 
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
@@ -47,10 +48,6 @@ _VIEW_OPS = {"memref.cast", "memref.collapse_shape", "memref.expand_shape",
 _IGNORED = {"memref.dealloc", "arith.constant", "index.constant", "memref.alloc",
             "memref.alloca", "func.return"}
 ALIGNMENT = 256
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 def dtype_name(t) -> str:

@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions
+from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.buffer_views import VIEW_OPS, last_writer, root, users
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
@@ -64,10 +64,6 @@ from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
 KERNEL = "contract"     # the kernel's name in every module: identical kernels dedupe
 _PLACEHOLDER = "latch.contraction_factor"   # a factor's value, expanded after parsing
 _WG = "#gpu.address_space<workgroup>"
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 # ---------------------------------------------------------------------------------------

@@ -31,11 +31,7 @@ from __future__ import annotations
 import math
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, function_definitions
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
+from latch.passes.base import ModulePass, function_definitions, operation as _op
 
 
 def _all_reduces(op):

@@ -39,16 +39,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions, int_constant
+from latch.passes.base import ModulePass, function_definitions, int_constant, operation as _op
 from latch.passes.buffer_views import root
 from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
                                        index_constant)
 
 _MAX_GRID_X = 2 ** 31 - 1
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 def _nested_parallel(op) -> bool:

@@ -25,15 +25,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from latch.passes.base import operation as _op
 from latch.passes.buffer_views import last_writer, may_write, root, users
 from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
                                        index_constant, load_inputs)
 
 _THREADS = 256
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 @dataclasses.dataclass

@@ -52,13 +52,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, element_bits, function_definitions
+from latch.passes.base import ModulePass, element_bits, function_definitions, operation as _op
 from latch.passes.generic_body import clone_body_ops, loop_ranges
 from latch.passes.rematerialize_masks import read_through_unit_expansions
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 def _numel(t) -> int:

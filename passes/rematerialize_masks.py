@@ -33,11 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
+from latch.passes.base import ModulePass, function_definitions, operation as _op
 
 
 def _numel(t) -> int:

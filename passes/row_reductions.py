@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import element_bits
+from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import root as _root
 from latch.passes.form_contraction_kernels import match_contraction
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, index_constant,
@@ -82,10 +82,6 @@ _UNROLL = 4             # copies of the body per trip of a thread's strided loop
 _SECTOR_BITS = 256      # 32 bytes: a column tile is this wide in the input
 _COLUMN_THREADS = 1024  # at most this many threads per column-tile block
 _COLUMN_PER_THREAD = 8  # aim for at least this many elements per thread
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 @dataclasses.dataclass

@@ -61,7 +61,7 @@ import math
 
 from latch.errors import PassError
 from latch.passes.base import (ModulePass, defining_op, function_definitions, has_parallel_work,
-                               int_constant)
+                               int_constant, operation as _op)
 from latch.passes.generic_body import accumulation, compare, delinearize, index_constant
 
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
@@ -73,10 +73,6 @@ _MIN_WARP_REDUCTION = 32
 _SLOT_ALIGN = 16
 _SMS = 132               # streaming multiprocessors of an H100/H200
 _WG = "#gpu.address_space<workgroup>"
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 def _is_memref(v) -> bool:

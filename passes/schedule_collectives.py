@@ -19,12 +19,8 @@ Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-schedule-colle
 """
 from __future__ import annotations
 
-from latch.passes.base import ModulePass, defining_op, function_definitions
+from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
 from latch.passes.buffer_views import VIEW_OPS, may_write, root
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 class ScheduleCollectives(ModulePass):

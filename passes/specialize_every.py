@@ -29,11 +29,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from latch.passes.base import ModulePass, defining_op, function_definitions, int_constant
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
+from latch.passes.base import (ModulePass, defining_op, function_definitions, int_constant,
+                               operation as _op)
 
 
 def _counter_term(v, block):

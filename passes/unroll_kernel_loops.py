@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import ModulePass, function_definitions, has_parallel_work, int_constant
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
+from latch.passes.base import (ModulePass, function_definitions, has_parallel_work, int_constant,
+                               operation as _op)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, defining_op, function_definitions
+from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
                                        index_constant, load_inputs, loop_ranges)
 from latch.passes.buffer_views import VIEW_OPS
@@ -74,10 +74,6 @@ _PURE_DIALECTS = ("arith.", "math.", "index.")
 # they end a run of host compute like a kernel does
 _COLLECTIVES = {"latch.all_reduce"}
 _CONTROL = {"scf.for", "scf.if", "scf.while", "scf.execute_region", "affine.for", "affine.if"}
-
-
-def _op(o):
-    return o.operation if hasattr(o, "operation") else o
 
 
 def _has_parallel_dim(op) -> bool:

@@ -131,12 +131,12 @@ def flash_rounded(q, k, v, is_causal: bool = False, scale: float | None = None):
 
 class FlashRoundingMode(TorchFunctionMode):
     """Routes eligible ``F.scaled_dot_product_attention`` calls made under CPU bf16 autocast
-    to :func:`flash_rounded` (only while :func:`current` is ``"flash"``)."""
+    to :func:`flash_rounded` (entered by the tracing context only while :func:`current` is
+    ``"flash"``: other traces pay nothing per op)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention and current() == "flash" and \
-                torch.is_autocast_enabled("cpu") and \
+        if func is F.scaled_dot_product_attention and torch.is_autocast_enabled("cpu") and \
                 torch.get_autocast_dtype("cpu") == torch.bfloat16:
             a = _sdpa_arguments(args, kwargs)
             q, k, v = a["query"], a["key"], a["value"]

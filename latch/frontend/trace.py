@@ -36,7 +36,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from latch.errors import LatchError, UnsupportedOpError
-from latch.frontend.attention import FlashRoundingMode
+from latch.frontend import attention
 from latch.frontend.decompositions import StaticOneHotMode, decomposition_table
 
 PRECISIONS = ("fp32", "bf16")
@@ -99,7 +99,8 @@ def tracing_context(precision: str = "fp32"):
         stack.enter_context(StaticOneHotMode())
         if precision == "bf16":
             stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
-            stack.enter_context(FlashRoundingMode())   # acts only under attention="flash"
+            if attention.current() == "flash":    # compile(..., attention="flash")
+                stack.enter_context(attention.FlashRoundingMode())
         yield
 
 
