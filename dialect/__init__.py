@@ -9,7 +9,8 @@
         p2, m2, v2 = lt.adamw(p, g, m, v, lr, step, beta1=0.9, beta2=0.999)
 
 Every op is described once, declaratively, in :data:`OPS` (one module per op family:
-``state_ops``, ``optimizer_ops``, ``control_ops``, ``collective_ops``).  That description
+``state_ops``, ``optimizer_ops``, ``control_ops``, ``collective_ops``,
+``attention_ops``).  That description
 drives the verifier (``latch-verify``, :func:`latch.passes.latch_verify.verify_module`), the
 reference (``python -m latch.dialect.docgen > docs/dialect.md``) and its IRDL rendering
 (:mod:`latch.dialect.irdl_bridge`).
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 from mlir import ir
 
+from .attention_ops import OPS as _ATTENTION
 from .collective_ops import OPS as _COLLECTIVE
 from .control_ops import OPS as _CONTROL
 from .opdef import OpDef, Violation
@@ -45,7 +47,8 @@ from .state_ops import OPS as _STATE
 NAMESPACE = "latch"
 
 #: Every Latch op by full name ("latch.adamw"), in documentation order.
-OPS: dict[str, OpDef] = {d.name: d for d in (*_STATE, *_OPTIMIZER, *_CONTROL, *_COLLECTIVE)}
+OPS: dict[str, OpDef] = {d.name: d for d in (*_STATE, *_OPTIMIZER, *_CONTROL, *_COLLECTIVE,
+                                               *_ATTENTION)}
 
 
 def load(ctx: ir.Context | None = None) -> ir.Context:

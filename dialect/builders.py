@@ -212,3 +212,28 @@ def all_reduce(values: Sequence[ir.Value], bucket: int, reduction: str = "mean"
     return list(_create("latch.all_reduce", operands=values, results=[v.type for v in values],
                         attributes={"bucket": _i64(bucket),
                                     "reduction": ir.StringAttr.get(reduction)}).results)
+
+
+# ------------------------------------------------------------------------- fused kernels
+def _attention_attrs(causal: bool, scale: float) -> dict:
+    return {"causal": ir.BoolAttr.get(bool(causal)),
+            "scale": ir.FloatAttr.get(ir.F64Type.get(), float(scale))}
+
+
+def attention(q: ir.Value, k: ir.Value, v: ir.Value, causal: bool, scale: float
+              ) -> list[ir.Value]:
+    """``latch.attention`` (tensor form) -> [o (bf16, q's shape), lse (f32, q's shape
+    without its last dimension)]."""
+    qt = ir.RankedTensorType(q.type)
+    o = ir.RankedTensorType.get(list(qt.shape), qt.element_type)
+    lse = ir.RankedTensorType.get(list(qt.shape)[:-1], ir.F32Type.get())
+    return list(_create("latch.attention", operands=[q, k, v], results=[o, lse],
+                        attributes=_attention_attrs(causal, scale)).results)
+
+
+def attention_grad(q: ir.Value, k: ir.Value, v: ir.Value, lse: ir.Value, do: ir.Value,
+                   delta: ir.Value, causal: bool, scale: float) -> list[ir.Value]:
+    """``latch.attention_grad`` (tensor form) -> [dq, dk, dv]."""
+    return list(_create("latch.attention_grad", operands=[q, k, v, lse, do, delta],
+                        results=[q.type, k.type, v.type],
+                        attributes=_attention_attrs(causal, scale)).results)

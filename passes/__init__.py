@@ -26,6 +26,8 @@ PASSES: dict[str, str] = {
     "latch-map-parallel-loops": "map_parallel_loops:MapParallelLoops",
     "latch-widen-i1-memrefs": "widen_i1_memrefs:WidenI1Memrefs",
     "latch-form-scan-kernels": "scan_kernels:FormScanKernels",
+    "latch-lower-attention": "lower_attention:LowerAttention",
+    "latch-form-attention-kernels": "attention_kernels:FormAttentionKernels",
 }
 
 

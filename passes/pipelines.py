@@ -51,7 +51,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "latch-rematerialize-masks", "latch-recompute-elementwise",
          "linalg-fuse-elementwise-ops",
          "latch-rematerialize-masks", "latch-recompute-elementwise",
-         "linalg-fuse-elementwise-ops", "latch-lower-collectives",
+         "linalg-fuse-elementwise-ops", "latch-lower-collectives", "latch-lower-attention",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
@@ -63,7 +63,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "contractions become tiled (tensor-core) kernels, the parallel loops of each other "
         "linalg op become outlined gpu.func kernels, and the host keeps only the launch "
         "schedule",
-        ("latch-wrap-host-compute", "latch-form-contraction-kernels{{mma={mma}}}",
+        ("latch-form-attention-kernels", "latch-wrap-host-compute",
+         "latch-form-contraction-kernels{{mma={mma}}}",
          "func.func(convert-linalg-to-parallel-loops)", "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
          "func.func(gpu-map-parallel-loops)", "func.func(convert-parallel-loops-to-gpu)",

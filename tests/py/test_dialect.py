@@ -7,7 +7,7 @@ import re
 
 import pytest
 from mlir import ir
-from mlir.dialects import func
+from mlir.dialects import func, tensor
 
 import latch.dialect
 from latch.dialect import OPS, docgen
@@ -95,6 +95,12 @@ def _build_program() -> ir.Module:
                 c, xi = scan.args
                 n = lt.accumulate(c, xi)
                 lt.yield_([n, n, lr])
+            qkv = ir.RankedTensorType.get([1, 2, 64, 16], ir.BF16Type.get())
+            aq = tensor.EmptyOp([1, 2, 64, 16], ir.BF16Type.get()).result
+            o, lse = lt.attention(aq, aq, aq, causal=True, scale=0.25)
+            delta = tensor.EmptyOp([1, 2, 64], ir.F32Type.get()).result
+            dq, dk, dv = lt.attention_grad(aq, aq, aq, lse, o, delta, causal=True, scale=0.25)
+            assert o.type == qkv and dq.type == dk.type == dv.type == qkv
             lt.write(w, scan.results[0])
             lt.write("m", m2)
             lt.write(v, v2)
@@ -116,7 +122,7 @@ def test_builders_emit_every_op_and_it_verifies():
     with ir.Context(), ir.Location.unknown():
         module = _build_program()
         verify_module(module.operation)
-        assert _op_names(module.operation, set()) - {"func.func"} == set(OPS)
+        assert _op_names(module.operation, set()) - {"func.func", "tensor.empty"} == set(OPS)
 
 
 def test_builder_results_have_the_spec_types():

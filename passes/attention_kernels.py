@@ -1,0 +1,586 @@
+"""``latch-form-attention-kernels``: buffer-form ``latch.attention`` / ``latch.attention_grad``
+become launches of flash-style tensor-core kernels (stage 'kernels').
+
+The decomposed attention stores the scores ``[..., L, S]`` and makes several passes over
+them (row max, exponentials, row sums, and as many again backward): at TinyMoE B32 that is
+1.6 GB per pass and about 95 of the update's 216 ms.  These kernels keep a 64 x 64 block
+of scores in registers instead (online softmax, FlashAttention-2's schedule):
+
+* **forward** (grid: query blocks of 64 x batch): 4 warps, 16 query rows each; the block's
+  queries are staged once, the key and value tiles of 64 rows flow through two shared
+  stages (``cp.async`` copies of tile j+1 in flight while tile j is used).  Per tile,
+  ``S = Q Kᵀ`` with ``mma.sync`` m16n8k16 (bf16 -> f32), scaled, causally masked, the row
+  maxima combined across the 4 threads of a row with shuffles, ``P = exp2(S - m)``, the
+  running sums and the output rescaled, and ``O += bf16(P) V`` — the accumulator fragments
+  of S are the A fragments of P (no shared-memory round trip).  Writes ``o`` (bf16) and
+  the row log-sum-exp ``lse`` (f32, natural log).
+* **dQ** (grid: query blocks x batch): per key tile, P recomputed from ``lse``,
+  ``dP = dO Vᵀ``, ``dS = P (dP - delta)``, ``dQ += bf16(dS) K``; scaled at the end.
+* **dK, dV** (grid: key blocks x batch): per query tile, ``Pᵀ`` and ``dPᵀ`` computed with
+  the keys as rows (``K Qᵀ``, ``V dOᵀ``), ``dV += bf16(Pᵀ) dO``, ``dK += bf16(dSᵀ) Q``.
+
+Two backward kernels, each owning its outputs, so no atomics and the result is
+deterministic.  With ``causal`` the tiles above the diagonal are skipped (half the work)
+and the diagonal tile is masked.  Shapes: ``[N, L, E]`` after collapsing the batch
+dimensions; L and S multiples of 64, E a multiple of 16 up to 128 (the frontend only forms
+the ops for such shapes; others are rejected here with the op's location).
+
+Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-lower-attention,
+one-shot-bufferize{bufferize-function-boundaries}, latch-form-attention-kernels)'``
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from latch.errors import PassError
+from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.form_contraction_kernels import _WG, _bytes, _ldmatrix, _Text
+
+BLOCK = 64            # query (or key) rows per block and per tile
+THREADS = 128         # 4 warps x 16 rows
+PAD = 8               # elements of padding per shared row: ldmatrix rows in distinct banks
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+_NEG_INF = "0xFF800000"
+_MMA_ATTRS = ("{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
+              "multiplicandAPtxType = #nvvm.mma_type<bf16>, "
+              "multiplicandBPtxType = #nvvm.mma_type<bf16>, "
+              "shape = #nvvm.shape<m = 16, n = 8, k = 16>} : "
+              "(i32, i32, f32) -> !llvm.struct<(f32, f32, f32, f32)>")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    n: int           # batch entries (the batch dimensions flattened)
+    L: int           # queries
+    S: int           # keys
+    E: int           # head dimension
+    causal: bool
+    scale: float
+
+    def check(self, where) -> None:
+        if self.L % BLOCK or self.S % BLOCK or self.E % 16 or not 16 <= self.E <= 128:
+            raise PassError(f"latch-form-attention-kernels: the kernels need L and S "
+                            f"multiples of {BLOCK} and E a multiple of 16 up to 128; got "
+                            f"L={self.L}, S={self.S}, E={self.E} (compile with "
+                            "attention=\"flash\" for other shapes)", where)
+        if self.causal and self.L != self.S:
+            raise PassError("latch-form-attention-kernels: causal attention needs L == S",
+                            where)
+
+
+class _Gen:
+    """Emission helpers shared by the three kernels (one instance per kernel)."""
+
+    def __init__(self, shape: Shape):
+        self.s = shape
+        self.t = t = _Text()
+        self.E = shape.E
+        self.types: dict[str, str] = {}        # shared tile -> its memref type
+        self.tid = t.emit("gpu.thread_id x")
+        self.bx = t.emit("gpu.block_id x")
+        self.bz = t.emit("gpu.block_id y")
+        self.lane = t.arith("remui", self.tid, 32)
+        self.wrow = t.mul(t.arith("divui", self.tid, 32), 16)      # the warp's first row
+        self.g = t.arith("divui", self.lane, 4)                    # accumulator row (and +8)
+        self.tq = t.arith("remui", self.lane, 4)                   # accumulator column pair
+        self.quarter = t.arith("divui", self.lane, 8)
+        self.row8 = t.arith("remui", self.lane, 8)
+        self.views: list[tuple[str, str]] = []
+
+    # -- constants and scalar math
+    def f32(self, x: float) -> str:
+        return self.t.const(x, "f32")
+
+    def neg_inf(self) -> str:
+        key = ("-inf", "f32")
+        if key not in self.t.consts:
+            name = f"%c{len(self.t.consts)}"
+            self.t.consts[key] = name
+            self.t.const_lines.append(f"{name} = arith.constant {_NEG_INF} : f32")
+        return self.t.consts[key]
+
+    def f(self, op: str, *xs: str) -> str:
+        return self.t.emit(f"{op} {', '.join(xs)} : f32")
+
+    def shuffle_xor(self, x: str, offset: int) -> str:
+        t = self.t
+        r = t.fresh()
+        t.line(f"{r}, {t.fresh()} = gpu.shuffle xor {x}, {t.const(offset, 'i32')}, "
+               f"{t.const(32, 'i32')} : f32")
+        return r
+
+    def quad(self, x: str, op: str) -> str:
+        """Combine ``x`` over the 4 threads that hold one accumulator row."""
+        for off in (1, 2):
+            x = self.f(op, x, self.shuffle_xor(x, off))
+        return x
+
+    # -- shared memory
+    def shared(self, name: str, stages: int = 2) -> str:
+        """A [stages][64][E + PAD] bf16 tile in dynamic shared memory."""
+        self.types[name] = f"memref<{stages}x{BLOCK}x{self.E + PAD}xbf16, {_WG}>"
+        self.views.append((name, self.types[name]))
+        return name
+
+    def stage_tile(self, src: str, src_type: str, row0: str, smem: str, stage) -> None:
+        """cp.async rows row0 .. row0+63 of ``src[bz]`` into ``smem[stage]`` (16 bytes per
+        copy, consecutive threads along a row)."""
+        t, E = self.t, self.E
+        chunks = E // 8
+        for n in range(BLOCK * chunks // THREADS):
+            lin = t.add(self.tid, n * THREADS)
+            r = t.arith("divui", lin, chunks)
+            c8 = t.mul(t.arith("remui", lin, chunks), 8)
+            t.emit(f"nvgpu.device_async_copy {src}[{self.bz}, {t.add(row0, r)}, {c8}], "
+                   f"{smem}[{stage}, {r}, {c8}], 8 {{bypassL1}} : {src_type} to "
+                   f"{self.types[smem]}")
+
+    def commit(self) -> None:
+        self.t.line("nvvm.cp.async.commit.group")
+
+    # -- fragments
+    def a_frags(self, smem: str, stage) -> list[list[str]]:
+        """A fragments of this warp's 16 rows of a [row][E] tile: one x4 per 16 of E."""
+        t = self.t
+        row = t.add(self.wrow, t.arith("remui", self.lane, 16))
+        out = []
+        for s in range(self.E // 16):
+            col = t.add(t.mul(t.arith("divui", self.lane, 16), 8), s * 16)
+            out.append(_ldmatrix(t, smem, self.types[smem], stage, row, col, 4, False))
+        return out
+
+    def b_frags_nk(self, smem: str, stage, s: int) -> list[list[str]]:
+        """B fragments (k = E, step ``s``) of the 8 n-tiles of a [n][E] tile (n = its 64
+        rows): ``x Tᵀ``."""
+        t = self.t
+        out = []
+        for ni in range(0, BLOCK // 8, 2):
+            nn = t.add(t.add(t.mul(t.arith("divui", self.lane, 16), 8), self.row8), ni * 8)
+            kk = t.add(t.mul(t.arith("remui", self.quarter, 2), 8), s * 16)
+            regs = _ldmatrix(t, smem, self.types[smem], stage, nn, kk, 4, False)
+            out += [regs[0:2], regs[2:4]]
+        return out
+
+    def b_frags_kn(self, smem: str, stage, s: int) -> list[list[str]]:
+        """B fragments (k = rows 16s .. 16s+15 of a [k][E] tile) of the E/8 n-tiles:
+        ``x T`` (read transposed)."""
+        t = self.t
+        out = []
+        for ni in range(0, self.E // 8, 2):
+            kk = t.add(t.add(t.mul(t.arith("remui", self.quarter, 2), 8), self.row8), s * 16)
+            nn = t.add(t.mul(t.arith("divui", self.lane, 16), 8), ni * 8)
+            regs = _ldmatrix(t, smem, self.types[smem], stage, kk, nn, 4, True)
+            out += [regs[0:2], regs[2:4]]
+        return out
+
+    def mma(self, a: list[str], b: list[str], c: list[str]) -> list[str]:
+        t = self.t
+        d = t.emit(f"nvvm.mma.sync A[{', '.join(a)}] B[{', '.join(b)}] C[{', '.join(c)}] "
+                   + _MMA_ATTRS)
+        return [t.emit(f"llvm.extractvalue {d}[{r}] : !llvm.struct<(f32, f32, f32, f32)>")
+                for r in range(4)]
+
+    def product_nt(self, a_smem, a_stage, b_smem, b_stage) -> list[list[str]]:
+        """This warp's 16 x 64 block of ``A Bᵀ`` (A, B: [64][E] tiles): 8 accumulator
+        tiles of 4."""
+        zero = self.f32(0.0)
+        acc = [[zero] * 4 for _ in range(BLOCK // 8)]
+        af = self.a_frags(a_smem, a_stage)
+        for s in range(self.E // 16):
+            bf = self.b_frags_nk(b_smem, b_stage, s)
+            for ni in range(BLOCK // 8):
+                acc[ni] = self.mma(af[s], bf[ni], acc[ni])
+        return acc
+
+    def pack(self, x: str, y: str) -> str:
+        """Two f32 -> one i32 holding bf16(x) (low half) and bf16(y)."""
+        t = self.t
+        lo = t.emit(f"arith.truncf {x} : f32 to bf16")
+        hi = t.emit(f"arith.truncf {y} : f32 to bf16")
+        v = t.emit(f"vector.from_elements {lo}, {hi} : vector<2xbf16>")
+        w = t.emit(f"vector.bitcast {v} : vector<2xbf16> to vector<1xi32>")
+        return t.emit(f"vector.extract {w}[0] : i32 from vector<1xi32>")
+
+    def accumulate_pv(self, p: list[list[str]], v_smem, v_stage, acc: list[list[str]]):
+        """``acc += bf16(p) V``: p is a 16 x 64 accumulator block (its fragments are A
+        fragments), V a [64][E] tile."""
+        for kk in range(BLOCK // 16):
+            a = [self.pack(p[2 * kk][0], p[2 * kk][1]), self.pack(p[2 * kk][2], p[2 * kk][3]),
+                 self.pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                 self.pack(p[2 * kk + 1][2], p[2 * kk + 1][3])]
+            bf = self.b_frags_kn(v_smem, v_stage, kk)
+            for ni in range(self.E // 8):
+                acc[ni] = self.mma(a, bf[ni], acc[ni])
+        return acc
+
+    def cell(self, row0: str, col0: str, ni: int, r: int) -> tuple[str, str]:
+        """(row, column) of accumulator register ``r`` of n-tile ``ni``."""
+        t = self.t
+        row = t.add(t.add(row0, self.wrow), t.add(self.g, 8 if r >= 2 else 0))
+        col = t.add(col0, t.add(t.mul(self.tq, 2), ni * 8 + r % 2))
+        return row, col
+
+    def causal_keep(self, q_row: str, k_col: str) -> str:
+        return self.t.emit(f"arith.cmpi ule, {k_col}, {q_row} : index")
+
+    def store_rows(self, dst: str, dst_type: str, row0: str, acc, factor: list[str]) -> None:
+        """Write this warp's 16 x E accumulator block times ``factor`` (per row: rows g and
+        g+8) to ``dst[bz, row0 + ...]`` as bf16 pairs."""
+        t = self.t
+        for ni in range(self.E // 8):
+            for half in (0, 1):
+                row, col = self.cell(row0, t.const(0), ni, 2 * half)
+                x = self.f("arith.mulf", acc[ni][2 * half], factor[half])
+                y = self.f("arith.mulf", acc[ni][2 * half + 1], factor[half])
+                lo = t.emit(f"arith.truncf {x} : f32 to bf16")
+                hi = t.emit(f"arith.truncf {y} : f32 to bf16")
+                v = t.emit(f"vector.from_elements {lo}, {hi} : vector<2xbf16>")
+                t.line(f"vector.store {v}, {dst}[{self.bz}, {row}, {col}] {{alignment = 4}} "
+                       f": {dst_type}, vector<2xbf16>")
+
+    def open_loop(self, lo: str, hi: str, carried: list[str]) -> tuple[str, list[str], str]:
+        t = self.t
+        it, res = t.fresh(), t.fresh()
+        args = [t.fresh() for _ in carried]
+        inits = ", ".join(f"{a} = {c}" for a, c in zip(args, carried))
+        t.line(f"{res}:{len(carried)} = scf.for {it} = {lo} to {hi} step {t.const(1)} "
+               f"iter_args({inits}) -> ({', '.join(['f32'] * len(carried))}) {{")
+        return it, args, res
+
+    def close_loop(self, values: list[str]) -> None:
+        self.t.line(f"scf.yield {', '.join(values)} : {', '.join(['f32'] * len(values))}")
+        self.t.line("}")
+
+    def prefetch(self, tiles: list[tuple[str, str, str]], nxt: str, hi: str, stage: str) -> None:
+        """Stage tile ``nxt`` of each (src, type, smem) into ``stage`` if ``nxt < hi``;
+        commit a group either way, then wait until the current tile's group landed."""
+        t = self.t
+        t.line(f"scf.if {t.emit(f'arith.cmpi ult, {nxt}, {hi} : index')} {{")
+        row0 = t.mul(nxt, BLOCK)
+        for src, src_type, smem in tiles:
+            self.stage_tile(src, src_type, row0, smem, stage)
+        t.line("}")
+        self.commit()
+        t.line("nvvm.cp.async.wait.group 1")
+        t.line("gpu.barrier")
+
+    def module(self, name: str, kernel: str, args: list[tuple[str, str]]) -> tuple[str, int]:
+        """The gpu.module text and its dynamic shared bytes."""
+        t = self.t
+        dyn = f"memref<?xi8, {_WG}>"
+        views, offset = [f"%dyn = gpu.dynamic_shared_memory : {dyn}"], 0
+        for smem, stype in self.views:
+            views.append(f"{smem} = memref.view %dyn[{t.const(offset)}][] : {dyn} to {stype}")
+            offset += _bytes(stype)
+        body = "\n      ".join(t.const_lines + views + t.lines)
+        sig = ", ".join(f"{a}: {ty}" for a, ty in args)
+        text = (f"gpu.module @{name} {{\n  gpu.func @{kernel}({sig}) kernel attributes "
+                f"{{known_block_size = array<i32: {THREADS}, 1, 1>}} {{\n      {body}\n"
+                "      gpu.return\n    }\n}")
+        return text, offset
+
+
+def _mem(n: int, rows: int, E: int | None = None, elem: str = "bf16") -> str:
+    return f"memref<{n}x{rows}x{E}x{elem}>" if E is not None else f"memref<{n}x{rows}x{elem}>"
+
+
+def forward_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
+    """(module text, grid, block, dynamic shared bytes) of ``o, lse = attention(q, k, v)``."""
+    g = _Gen(shape)
+    t, E, s = g.t, shape.E, shape
+    qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
+    qs, ks, vs = g.shared("%Qs", 1), g.shared("%Ks"), g.shared("%Vs")
+    q0 = t.mul(g.bx, BLOCK)
+    g.stage_tile("%Q", qt, q0, qs, t.const(0))
+    g.stage_tile("%K", kt, t.const(0), ks, t.const(0))
+    g.stage_tile("%V", kt, t.const(0), vs, t.const(0))
+    g.commit()
+    hi = t.add(g.bx, 1) if s.causal else t.const(s.S // BLOCK)
+    zero = g.f32(0.0)
+    n_o = E // 8 * 4
+    j, args, res = g.open_loop(t.const(0), hi, [g.neg_inf()] * 2 + [zero] * 2 + [zero] * n_o)
+    m_old, l_old = args[0:2], args[2:4]
+    o = [args[4 + 4 * i:8 + 4 * i] for i in range(E // 8)]
+    stage = t.arith("remui", j, 2)
+    nxt = t.add(j, 1)
+    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi, t.arith("remui", nxt, 2))
+    sc = g.product_nt(qs, t.const(0), ks, stage)
+    k0 = t.mul(j, BLOCK)
+    c = g.f32(s.scale * LOG2E)
+    x = [[g.f("arith.mulf", sc[ni][r], c) for r in range(4)] for ni in range(BLOCK // 8)]
+    if s.causal:
+        for ni in range(BLOCK // 8):
+            for r in range(4):
+                row, col = g.cell(q0, k0, ni, r)
+                x[ni][r] = t.emit(f"arith.select {g.causal_keep(row, col)}, {x[ni][r]}, "
+                                  f"{g.neg_inf()} : f32")
+    m_new, alpha = [], []
+    for half in (0, 1):
+        m = x[0][2 * half]
+        for ni in range(BLOCK // 8):
+            for r in (2 * half, 2 * half + 1):
+                if (ni, r) != (0, 2 * half):
+                    m = g.f("arith.maximumf", m, x[ni][r])
+        m = g.f("arith.maximumf", g.quad(m, "arith.maximumf"), m_old[half])
+        m_new.append(m)
+        alpha.append(t.emit(f"math.exp2 {g.f('arith.subf', m_old[half], m)} : f32"))
+    p = [[t.emit(f"math.exp2 {g.f('arith.subf', x[ni][r], m_new[r // 2])} : f32")
+          for r in range(4)] for ni in range(BLOCK // 8)]
+    l_new = []
+    for half in (0, 1):
+        acc = g.f("arith.mulf", l_old[half], alpha[half])
+        for ni in range(BLOCK // 8):
+            for r in (2 * half, 2 * half + 1):
+                acc = g.f("arith.addf", acc, p[ni][r])
+        l_new.append(acc)
+    o = [[g.f("arith.mulf", o[ni][r], alpha[r // 2]) for r in range(4)] for ni in range(E // 8)]
+    o = g.accumulate_pv(p, vs, stage, o)
+    t.line("gpu.barrier")             # every warp is done with this stage
+    g.close_loop(m_new + l_new + [v for tile in o for v in tile])
+    m = [f"{res}#{i}" for i in range(2)]
+    l_sum = [g.quad(f"{res}#{2 + i}", "arith.addf") for i in range(2)]
+    o = [[f"{res}#{4 + 4 * ni + r}" for r in range(4)] for ni in range(E // 8)]
+    inv = [g.f("arith.divf", g.f32(1.0), l_sum[i]) for i in range(2)]
+    g.store_rows("%O", qt, q0, o, inv)
+    # lse = (m + log2 l) ln 2, by the first thread of each row
+    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {g.tq}, {t.const(0)} : index')} {{")
+    for half in (0, 1):
+        row = t.add(t.add(q0, g.wrow), t.add(g.g, 8 * half))
+        lse = g.f("arith.addf", g.f("arith.mulf", m[half], g.f32(LN2)),
+                  t.emit(f"math.log {l_sum[half]} : f32"))
+        t.line(f"memref.store {lse}, %LSE[{g.bz}, {row}] : {lt}")
+    t.line("}")
+    text, shared = g.module(name, "attention", [("%Q", qt), ("%K", kt), ("%V", kt),
+                                                ("%O", qt), ("%LSE", lt)])
+    return text, (s.L // BLOCK, s.n, 1), (THREADS, 1, 1), shared
+
+
+def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None) -> list[str]:
+    """``src[bz, row]`` (times ``factor``) for this thread's rows g and g+8."""
+    t = g.t
+    out = []
+    for half in (0, 1):
+        row = t.add(t.add(row0, g.wrow), t.add(g.g, 8 * half))
+        v = t.emit(f"memref.load {src}[{g.bz}, {row}] : {src_type}")
+        out.append(g.f("arith.mulf", v, factor) if factor else v)
+    return out
+
+
+def dq_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
+    """dQ of ``latch.attention_grad``: per query block, a loop over key tiles."""
+    g = _Gen(shape)
+    t, E, s = g.t, shape.E, shape
+    qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
+    qs, dos, ks, vs = g.shared("%Qs", 1), g.shared("%dOs", 1), g.shared("%Ks"), g.shared("%Vs")
+    q0 = t.mul(g.bx, BLOCK)
+    g.stage_tile("%Q", qt, q0, qs, t.const(0))
+    g.stage_tile("%dO", qt, q0, dos, t.const(0))
+    g.stage_tile("%K", kt, t.const(0), ks, t.const(0))
+    g.stage_tile("%V", kt, t.const(0), vs, t.const(0))
+    g.commit()
+    lse2 = _row_values(g, "%LSE", lt, q0, g.f32(LOG2E))
+    delta = _row_values(g, "%DELTA", lt, q0, None)
+    hi = t.add(g.bx, 1) if s.causal else t.const(s.S // BLOCK)
+    zero = g.f32(0.0)
+    j, args, res = g.open_loop(t.const(0), hi, [zero] * (E // 8 * 4))
+    dq = [args[4 * i:4 * i + 4] for i in range(E // 8)]
+    stage = t.arith("remui", j, 2)
+    nxt = t.add(j, 1)
+    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi, t.arith("remui", nxt, 2))
+    sc = g.product_nt(qs, t.const(0), ks, stage)
+    dp = g.product_nt(dos, t.const(0), vs, stage)
+    k0 = t.mul(j, BLOCK)
+    c = g.f32(s.scale * LOG2E)
+    ds = []
+    for ni in range(BLOCK // 8):
+        row_ds = []
+        for r in range(4):
+            x = g.f("arith.subf", g.f("arith.mulf", sc[ni][r], c), lse2[r // 2])
+            p = t.emit(f"math.exp2 {x} : f32")
+            if s.causal:
+                row, col = g.cell(q0, k0, ni, r)
+                p = t.emit(f"arith.select {g.causal_keep(row, col)}, {p}, {zero} : f32")
+            row_ds.append(g.f("arith.mulf", p, g.f("arith.subf", dp[ni][r], delta[r // 2])))
+        ds.append(row_ds)
+    dq = g.accumulate_pv(ds, ks, stage, dq)
+    t.line("gpu.barrier")
+    g.close_loop([v for tile in dq for v in tile])
+    dq = [[f"{res}#{4 * ni + r}" for r in range(4)] for ni in range(E // 8)]
+    scale = g.f32(s.scale)
+    g.store_rows("%dQ", qt, q0, dq, [scale, scale])
+    text, shared = g.module(name, "attention_dq", [
+        ("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
+        ("%dQ", qt)])
+    return text, (s.L // BLOCK, s.n, 1), (THREADS, 1, 1), shared
+
+
+def dkdv_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
+    """dK and dV of ``latch.attention_grad``: per key block, a loop over query tiles, with
+    the keys as the rows of every product (``K Qᵀ``, ``V dOᵀ``)."""
+    g = _Gen(shape)
+    t, E, s = g.t, shape.E, shape
+    qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
+    ks, vs, qs, dos = g.shared("%Ks", 1), g.shared("%Vs", 1), g.shared("%Qs"), g.shared("%dOs")
+    k0 = t.mul(g.bx, BLOCK)
+    lo = g.bx if s.causal else t.const(0)           # query tiles before the keys: masked
+    q_first = t.mul(lo, BLOCK)
+    g.stage_tile("%K", kt, k0, ks, t.const(0))
+    g.stage_tile("%V", kt, k0, vs, t.const(0))
+    g.stage_tile("%Q", qt, q_first, qs, t.const(0))
+    g.stage_tile("%dO", qt, q_first, dos, t.const(0))
+    g.commit()
+    hi = t.const(s.L // BLOCK)
+    zero = g.f32(0.0)
+    n_acc = E // 8 * 4
+    i, args, res = g.open_loop(lo, hi, [zero] * (2 * n_acc))
+    dv = [args[4 * n:4 * n + 4] for n in range(E // 8)]
+    dk = [args[n_acc + 4 * n:n_acc + 4 * n + 4] for n in range(E // 8)]
+    stage = t.arith("remui", t.arith("subi", i, lo), 2)
+    nxt = t.add(i, 1)
+    g.prefetch([("%Q", qt, qs), ("%dO", qt, dos)], nxt, hi,
+               t.arith("remui", t.arith("subi", nxt, lo), 2))
+    st = g.product_nt(ks, t.const(0), qs, stage)     # [key][query]
+    dpt = g.product_nt(vs, t.const(0), dos, stage)
+    q0 = t.mul(i, BLOCK)
+    c = g.f32(s.scale * LOG2E)
+    pt, dst = [], []
+    for ni in range(BLOCK // 8):
+        p_row, ds_row = [], []
+        for r in range(4):
+            key, q = g.cell(k0, q0, ni, r)
+            lse = t.emit(f"memref.load %LSE[{g.bz}, {q}] : {lt}")
+            delta = t.emit(f"memref.load %DELTA[{g.bz}, {q}] : {lt}")
+            x = g.f("arith.subf", g.f("arith.mulf", st[ni][r], c),
+                    g.f("arith.mulf", lse, g.f32(LOG2E)))
+            p = t.emit(f"math.exp2 {x} : f32")
+            if s.causal:
+                p = t.emit(f"arith.select {g.causal_keep(q, key)}, {p}, {zero} : f32")
+            p_row.append(p)
+            ds_row.append(g.f("arith.mulf", p, g.f("arith.subf", dpt[ni][r], delta)))
+        pt.append(p_row)
+        dst.append(ds_row)
+    dv = g.accumulate_pv(pt, dos, stage, dv)
+    dk = g.accumulate_pv(dst, qs, stage, dk)
+    t.line("gpu.barrier")
+    g.close_loop([v for tile in dv + dk for v in tile])
+    dv = [[f"{res}#{4 * n + r}" for r in range(4)] for n in range(E // 8)]
+    dk = [[f"{res}#{n_acc + 4 * n + r}" for r in range(4)] for n in range(E // 8)]
+    one, scale = g.f32(1.0), g.f32(s.scale)
+    g.store_rows("%dV", kt, k0, dv, [one, one])
+    g.store_rows("%dK", kt, k0, dk, [scale, scale])
+    text, shared = g.module(name, "attention_dkdv", [
+        ("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
+        ("%dK", kt), ("%dV", kt)])
+    return text, (s.S // BLOCK, s.n, 1), (THREADS, 1, 1), shared
+
+
+# ---------------------------------------------------------------------------------------
+# the pass
+# ---------------------------------------------------------------------------------------
+def _shape_of(op) -> Shape:
+    from mlir import ir
+
+    q, k = (ir.MemRefType(op.operands[i].type) for i in (0, 1))
+    qs, ks = list(q.shape), list(k.shape)
+    for v in op.operands:
+        t = ir.MemRefType(v.type)
+        if not t.has_static_shape or t.layout != ir.AffineMapAttr.get(
+                ir.AffineMap.get_identity(t.rank)):
+            raise PassError(f"latch-form-attention-kernels: '{op.name}' needs static, "
+                            f"contiguous (identity layout) buffers; got {t}", op.location)
+    shape = Shape(n=math.prod(qs[:-2]), L=qs[-2], S=ks[-2], E=qs[-1],
+                  causal=bool(ir.BoolAttr(op.attributes["causal"]).value)
+                  if isinstance(op.attributes["causal"], ir.BoolAttr)
+                  else bool(ir.IntegerAttr(op.attributes["causal"]).value),
+                  scale=ir.FloatAttr(op.attributes["scale"]).value)
+    shape.check(op.location)
+    return shape
+
+
+def _collapsed(value, rows_dims: int):
+    """``value`` as a [N, ...] memref: its batch dimensions (all but the last
+    ``rows_dims``) collapsed into one."""
+    from mlir import ir
+
+    t = ir.MemRefType(value.type)
+    shape = list(t.shape)
+    lead = len(shape) - rows_dims
+    if lead == 1:
+        return value
+    new = ir.MemRefType.get([math.prod(shape[:lead])] + shape[lead:], t.element_type)
+    groups = [list(range(lead))] + [[lead + i] for i in range(rows_dims)]
+    return ir.Operation.create(
+        "memref.collapse_shape", results=[new], operands=[value],
+        attributes={"reassociation": ir.ArrayAttr.get([
+            ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d)
+                              for d in grp]) for grp in groups])}).result
+
+
+_KERNEL_NAMES = {forward_kernel: "attention", dq_kernel: "attention_dq",
+                 dkdv_kernel: "attention_dkdv"}
+# operand -> dimensions after the batch: 2 for [.., rows, E], 1 for [.., rows]
+_RANKS = {"latch.attention": (2, 2, 2, 2, 1),
+          "latch.attention_grad": (2, 2, 2, 1, 2, 1, 2, 2, 2)}
+
+
+@dataclasses.dataclass(frozen=True)
+class FormAttentionKernels(ModulePass):
+    name = "latch-form-attention-kernels"
+    summary = ("buffer-form latch.attention / latch.attention_grad -> launches of flash-style "
+               "tensor-core kernels (scores kept in registers)")
+
+    def apply(self, module) -> None:
+        from mlir import ir
+        from mlir.dialects import gpu
+
+        top = module.regions[0].blocks[0]
+        found = []
+        for f in function_definitions(module):
+            for op in f.regions[0].blocks[0].operations:
+                op = _op(op)
+                if op.name in _RANKS:
+                    if len(op.results):
+                        raise PassError(f"latch-form-attention-kernels: '{op.name}' in tensor "
+                                        "form; run latch-lower-attention (and bufferize) "
+                                        "first", op.location)
+                    found.append(op)
+        if not found:
+            return
+        module.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        taken = {ir.StringAttr(_op(o).attributes["sym_name"]).value
+                 for o in top.operations if "sym_name" in _op(o).attributes}
+        counter = 0
+        index = ir.IndexType.get()
+        i32 = ir.IntegerType.get_signless(32)
+        for op in found:
+            shape = _shape_of(op)
+            kernels = [forward_kernel] if op.name == "latch.attention" else \
+                [dq_kernel, dkdv_kernel]
+            with ir.InsertionPoint(op), op.location:
+                operands = [_collapsed(v, r) for v, r in zip(op.operands, _RANKS[op.name])]
+                if op.name == "latch.attention":
+                    launches = [operands]
+                else:
+                    q, k, v, lse, do, delta, dq, dk, dv = operands
+                    launches = [[q, k, v, lse, do, delta, dq],
+                                [q, k, v, lse, do, delta, dk, dv]]
+                for make, args in zip(kernels, launches):
+                    while f"latch_attention_{counter}" in taken:
+                        counter += 1
+                    name = f"latch_attention_{counter}"
+                    taken.add(name)
+                    text, grid, block, shared = make(shape, name)
+                    parsed = ir.Module.parse(text)      # kept alive until detached
+                    kernel_module = _op(parsed.body.operations[0])
+                    ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
+
+                    def c(v, type_=index):
+                        return ir.Operation.create(
+                            "arith.constant", [type_],
+                            attributes={"value": ir.IntegerAttr.get(type_, v)}).result
+                    gpu.LaunchFuncOp([name, _KERNEL_NAMES[make]], tuple(c(v) for v in grid),
+                                     tuple(c(v) for v in block), args,
+                                     dynamic_shared_memory_size=c(shared, i32))
+            op.erase()

@@ -1,0 +1,121 @@
+"""latch-form-attention-kernels' flash-style kernels executed on the CPU: buffer-form
+``latch.attention`` / ``latch.attention_grad`` through the pass, then the SIMT interpreter of
+tests/py/simt.py (every thread in lock step, races between barriers detected), compared with
+float64 attention of the same bf16-exact inputs.  The kernels round the probabilities (and
+the score gradients) to bf16 before their second products, as PyTorch's flash kernels do,
+so the outputs agree with float64 to bf16 accuracy (≈ 3e-3), the row log-sum-exp to f32
+accuracy."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from simt import Simt
+
+
+def _mem(shape, elt):
+    return f"memref<{'x'.join(map(str, shape))}x{elt}>"
+
+
+def _module(batch, L, S, E, causal, scale, grad: bool) -> str:
+    q, k = _mem(batch + [L, E], "bf16"), _mem(batch + [S, E], "bf16")
+    lse = _mem(batch + [L], "f32")
+    attrs = f"{{causal = {str(causal).lower()}, scale = {scale!r} : f64}}"
+    if not grad:
+        return (f"func.func @main(%q: {q}, %k: {k}, %v: {k}, %o: {q}, %lse: {lse}) {{\n"
+                f'  "latch.attention"(%q, %k, %v, %o, %lse) {attrs} : '
+                f"({q}, {k}, {k}, {q}, {lse}) -> ()\n  return\n}}")
+    return (f"func.func @main(%q: {q}, %k: {k}, %v: {k}, %lse: {lse}, %do: {q}, "
+            f"%delta: {lse}, %dq: {q}, %dk: {k}, %dv: {k}) {{\n"
+            f'  "latch.attention_grad"(%q, %k, %v, %lse, %do, %delta, %dq, %dk, %dv) {attrs} : '
+            f"({q}, {k}, {k}, {lse}, {q}, {lse}, {q}, {k}, {k}) -> ()\n  return\n}}")
+
+
+def _run_pass(text: str):
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        run_pipeline(m, "builtin.module(latch-form-attention-kernels)")
+    return m, ctx
+
+
+def _bf16(shape, g):
+    return torch.randn(*shape, generator=g, dtype=torch.float64).bfloat16().double()
+
+
+def _reference(q, k, v, causal, scale):
+    """float64 (o, lse) with autograd on q, k, v."""
+    s = (q @ k.transpose(-2, -1)) * scale
+    if causal:
+        L, S = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[..., None]) @ v, lse
+
+
+def _rel(a, b) -> float:
+    a, b = torch.as_tensor(np.asarray(a, np.float64)), torch.as_tensor(b).double()
+    return float((a - b).norm() / b.norm())
+
+
+CASES = [  # batch, L, S, E, causal
+    ([1, 2], 128, 128, 32, True),
+    ([2], 64, 128, 16, False),
+    ([1], 128, 128, 64, True),
+]
+
+
+@pytest.mark.parametrize("batch,L,S,E,causal", CASES)
+def test_forward_matches_float64(batch, L, S, E, causal):
+    scale = 1.0 / math.sqrt(E)
+    m, ctx = _run_pass(_module(batch, L, S, E, causal, scale, grad=False))
+    text = str(m)
+    assert "latch.attention" not in text.split("gpu.module")[0]
+    assert text.count("gpu.launch_func") == 1 and "nvvm.mma.sync" in text
+    g = torch.Generator().manual_seed(1)
+    q, k, v = _bf16(batch + [L, E], g), _bf16(batch + [S, E], g), _bf16(batch + [S, E], g)
+    o = np.zeros(batch + [L, E])
+    lse = np.zeros(batch + [L])
+    with ctx:
+        sim = Simt(m)
+        sim.run([q.numpy(), k.numpy(), v.numpy(), o, lse])
+    o_ref, lse_ref = _reference(q, k, v, causal, scale)
+    assert _rel(sim.arguments[4], lse_ref) < 1e-5
+    assert _rel(sim.arguments[3], o_ref) < 1e-2
+
+
+@pytest.mark.parametrize("batch,L,S,E,causal", CASES)
+def test_gradients_match_float64(batch, L, S, E, causal):
+    scale = 1.0 / math.sqrt(E)
+    m, ctx = _run_pass(_module(batch, L, S, E, causal, scale, grad=True))
+    text = str(m)
+    assert text.count("gpu.launch_func") == 2           # dQ, then dK and dV
+    g = torch.Generator().manual_seed(2)
+    q, k, v = _bf16(batch + [L, E], g), _bf16(batch + [S, E], g), _bf16(batch + [S, E], g)
+    do = _bf16(batch + [L, E], g)
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    o_ref, lse_ref = _reference(q, k, v, causal, scale)
+    dq_ref, dk_ref, dv_ref = torch.autograd.grad(o_ref, (q, k, v), do)
+    delta = (do * o_ref.detach()).sum(-1)
+    outs = [np.zeros(x.shape) for x in (q, k, v)]
+    with ctx:
+        sim = Simt(m)
+        sim.run([q.detach().numpy(), k.detach().numpy(), v.detach().numpy(),
+                 lse_ref.detach().numpy(), do.numpy(), delta.numpy(), *outs])
+    for got, ref in zip(sim.arguments[6:], (dq_ref, dk_ref, dv_ref)):
+        assert _rel(got, ref) < 2e-2
+
+
+def test_unsupported_shape_is_a_located_error():
+    from mlir.ir import MLIRError
+    with pytest.raises(MLIRError, match=r'"-":2:3: latch-form-attention-kernels: .*multiples'):
+        _run_pass(_module([1], 40, 40, 32, True, 0.2, grad=False))
