@@ -8,7 +8,7 @@ bench/bf16_probe_build.py, rebuilt from its seed), runs one update, then enqueue
 update's launch list ``--repeats`` times with a CUDA event between consecutive launches
 and reports, per launch, the median time: the sum (≈ the update without graph replay's
 launch overhead), the time per kernel class (tensor-core contraction, SIMT contraction,
-one-block kernels, other), and the ``--top`` slowest launches with grid and block.
+one-block kernels, fused attention, other), and the ``--top`` slowest launches with grid and block.
 Writes the same as JSON to $OUT/profile-<artifact>.json when $OUT is set.
 """
 from __future__ import annotations
@@ -29,6 +29,8 @@ def kernel_class(launch, ptx_has_mma: dict) -> str:
     mod = launch.spec["module"]
     if mod.startswith("latch_contract"):
         return "contraction-mma" if ptx_has_mma.get(mod) else "contraction-simt"
+    if mod.startswith("latch_attention"):
+        return "attention"
     if [int(x) for x in launch.grid] == [1, 1, 1]:
         return "one-block"
     return "other"

@@ -11,7 +11,8 @@ step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py 
 (layers 2-5 applied twice: tinymoe_model.make_looped_tinymoe_196m; bench/tinymoe_bench_gpu.py
 --workloads looped-b32 runs it); a trailing ``-flash`` (e.g. b32-bf16-flash) compiles with
 ``attention="flash"`` (latch/frontend/attention.py; the bench's ``latch-flash`` engine runs
-it).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+it), a trailing ``-fused`` with ``attention="fused"`` (the fused attention kernels; engine
+``latch-fused``).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
 so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
@@ -55,8 +56,8 @@ def build(name: str) -> dict:
     rule = tinymoe_rule(recipe)
     make = make_tinymoe_196m
     attention = "math"
-    if variant[-1:] == ["flash"]:   # e.g. b32-bf16-flash: attention="flash" (bf16 rounding)
-        attention, variant = "flash", variant[:-1]
+    if variant[-1:] in (["flash"], ["fused"]):   # e.g. b32-bf16-fused: attention="fused"
+        attention, variant = variant[-1], variant[:-1]
     if variant == ["looped"]:   # e.g. b32-bf16-looped: the looped TinyMoE (layers 2-5 twice)
         make = make_looped_tinymoe_196m
     elif variant:        # e.g. b2-bf16-every16: the selective-updates workload

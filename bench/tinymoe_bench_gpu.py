@@ -10,9 +10,11 @@ AdamW 0.9/0.95 eps 1e-8 wd 0.1, clip 1.0, warmup+cosine learning rate; WORKLOADS
 engine runs in its own process on the same model (same seed) and the same fixed batch:
 
 * ``latch``: the artifact ``tinymoe196m-b<B>-bf16.latch``, one CUDA graph replay per update;
-* ``latch-flash`` (not in the default ``--engines``): ``tinymoe196m-b<B>-bf16-flash.latch``,
-  compiled with ``attention="flash"`` (build ``b<B>-bf16-flash``); its time relative to
-  ``latch`` is printed;
+* ``latch-flash`` / ``latch-fused`` (not in the default ``--engines``):
+  ``tinymoe196m-b<B>-bf16-flash.latch`` / ``-fused.latch``, compiled with
+  ``attention="flash"`` / ``"fused"`` (builds ``b<B>-bf16-flash`` / ``-fused``: the fused
+  attention kernels of passes/attention_kernels.py); their speed-ups over the controls and
+  their time relative to ``latch`` are printed;
 * ``torch-eager``: zero_grad, autocast forward, backward, clip_grad_norm_, AdamW, schedule;
 * ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
   update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
@@ -90,17 +92,22 @@ def parse_workload(name: str) -> tuple[int, bool]:
     return int(body[1:]), looped
 
 
-def build_name(batch: int, looped: bool, flash: bool = False) -> str:
-    """The bench/tinymoe196m_build.py build (and artifact) of a workload (``flash``: the
-    build compiled with attention="flash", the ``latch-flash`` engine)."""
-    return f"b{batch}-bf16" + ("-looped" if looped else "") + ("-flash" if flash else "")
+ATTENTION_ENGINES = {"latch": "math", "latch-flash": "flash", "latch-fused": "fused"}
 
 
-def run_latch(batch, idx, tgt, model, args, looped=False, flash=False) -> dict:
+def build_name(batch: int, looped: bool, attention: str = "math") -> str:
+    """The bench/tinymoe196m_build.py build (and artifact) of a workload (``attention``: the
+    build's attention option, "-flash" / "-fused" builds for the ``latch-flash`` /
+    ``latch-fused`` engines)."""
+    return f"b{batch}-bf16" + ("-looped" if looped else "") + \
+        ("" if attention == "math" else f"-{attention}")
+
+
+def run_latch(batch, idx, tgt, model, args, looped=False, attention="math") -> dict:
     import torch
 
     import latch
-    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped, flash)}.latch"))
+    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped, attention)}.latch"))
     d = prog.describe()
     out = {"launches": d["kernels"], "kernel_modules": d["modules"],
            "arena_bytes": d["arena_bytes"]}
@@ -188,14 +195,14 @@ def child(engine: str, workload: str, args) -> dict:
     batch, looped = parse_workload(workload)
     make = make_looped_tinymoe_196m if looped else make_tinymoe_196m
     model, (idx, tgt) = make(batch=batch)
-    flash = engine == "latch-flash"
+    attention = ATTENTION_ENGINES.get(engine, "math")
     build = json.load(open(os.path.join(ART, "build.json"))).get(
-        build_name(batch, looped, flash), {})
+        build_name(batch, looped, attention), {})
     want, got = build.get("fingerprint", {}), fingerprint(model)
     same = all(abs(got[k][1] - want[k][1]) <= 1e-9 * abs(want[k][1]) for k in want)
     idx, tgt = idx.cuda(), tgt.cuda()
-    if engine in ("latch", "latch-flash"):
-        out = run_latch(batch, idx, tgt, model, args, looped, flash)
+    if engine in ATTENTION_ENGINES:
+        out = run_latch(batch, idx, tgt, model, args, looped, attention)
         for k in ("total_s", "stages_s"):
             if k in build:
                 out["compile_" + k] = build[k]
@@ -350,16 +357,16 @@ def main() -> int:
                   f"{work['optimizer_bytes'] / 1e9:.1f} GB of optimizer traffic: floor "
                   f"{r['floor_ms']:.2f} ms at the measured ceilings = "
                   f"{100 * r['fraction_of_ceilings']:.1f}% of this engine's time", flush=True)
-        if "latch" in ok:
+        for mine in (m for m in ATTENTION_ENGINES if m in ok):
             for e in ("torch-eager", "torch-compile-graph"):
                 if e in ok:
-                    ratio = ok[e]["median_ms"] / ok["latch"]["median_ms"]
-                    ok["latch"][f"speedup_vs_{e}"] = ratio
-                    print(f"{tag} latch vs {e}: {ratio:.2f}x", flush=True)
-        if "latch" in ok and "latch-flash" in ok:      # attention="flash" vs the math path
-            r = ok["latch-flash"]["median_ms"] / ok["latch"]["median_ms"]
-            ok["latch-flash"]["time_vs_latch"] = r
-            print(f"{tag} latch-flash / latch: {r:.3f}x the time", flush=True)
+                    ratio = ok[e]["median_ms"] / ok[mine]["median_ms"]
+                    ok[mine][f"speedup_vs_{e}"] = ratio
+                    print(f"{tag} {mine} vs {e}: {ratio:.2f}x", flush=True)
+            if mine != "latch" and "latch" in ok:    # an attention option vs the math path
+                r = ok[mine]["median_ms"] / ok["latch"]["median_ms"]
+                ok[mine]["time_vs_latch"] = r
+                print(f"{tag} {mine} / latch: {r:.3f}x the time", flush=True)
         curves = {e: r["losses"] for e, r in ok.items()}
         if "latch" in curves and "torch-eager" in curves and \
                 min(len(curves["latch"]), len(curves["torch-eager"])):

@@ -78,6 +78,8 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
         build = lambda: build_program(model, rule, inputs, options)  # noqa: E731
     # the persistent compile cache (latch/cache.py): trace, key, hit -> load, miss -> build
     from latch.cache import cached_compile
-    from latch.frontend.attention import attention_rounding
-    with attention_rounding(options.attention):     # the traces (key and build) see it
+    from latch.frontend.attention import attention_rounding, traced_mode
+    # the traces (key and build) see it; "fused" makes its ops only for a target that lowers
+    # them (cuda), elsewhere it traces as "flash"
+    with attention_rounding(traced_mode(options.attention, options.target)):
         return cached_compile(model, rule, inputs, options, build)

@@ -20,6 +20,11 @@ ATTENTION = {
             "softmax (what torch.autocast on the CPU computes)",
     "flash": "the rounding of PyTorch's CUDA flash kernels: float32 scores and softmax, bf16 "
              "probabilities and score gradients in the second products (precision='bf16')",
+    "fused": "the rounding of 'flash', with each call the fused kernels cover (no mask or "
+             "dropout, 4-D, L and S multiples of 64, head size a multiple of 16 up to 128, "
+             "causal only for L == S) kept as one latch.attention op and one "
+             "latch.attention_grad op that never store the scores (target='cuda'; on the cpu "
+             "it is 'flash'; other calls take the 'flash' path)",
 }
 NONFINITE = {
     "skip": "a step whose loss or new state is non-finite is not committed (state untouched); "
@@ -49,8 +54,9 @@ class CompileOptions:
     distributed: bool = False
     bucket_mb: float = 25.0
     # How bf16 attention is rounded (latch/frontend/attention.py): "math", PyTorch's math
-    # decomposition under autocast (scores rounded to bf16), or "flash", the rounding of
-    # PyTorch's CUDA flash kernels (float32 scores and softmax).
+    # decomposition under autocast (scores rounded to bf16), "flash", the rounding of
+    # PyTorch's CUDA flash kernels (float32 scores and softmax), or "fused", that rounding
+    # as fused attention ops whose kernels never store the scores (cuda; "flash" on cpu).
     attention: str = "math"
 
     def __post_init__(self):

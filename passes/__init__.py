@@ -27,6 +27,7 @@ PASSES: dict[str, str] = {
     "latch-widen-i1-memrefs": "widen_i1_memrefs:WidenI1Memrefs",
     "latch-form-scan-kernels": "scan_kernels:FormScanKernels",
     "latch-lower-attention": "lower_attention:LowerAttention",
+    "latch-attention-to-calls": "lower_attention:AttentionToCalls",
     "latch-form-attention-kernels": "attention_kernels:FormAttentionKernels",
 }
 

@@ -19,6 +19,12 @@ so that one-shot bufferization and the memory plan treat the outputs as ordinary
 (the op is opaque to both: it uses every buffer it is given, which keeps them alive, and
 it counts as a writer of each).  ``latch-form-attention-kernels`` then launches the kernels.
 
+It also takes the ops in their *call form*: MLIR's inliner refuses to inline a function
+that holds an unregistered op (Latch ops are held unregistered, see latch/dialect), so
+``latch-attention-to-calls`` (in ``latch-lower-rules``, before ``inline``) replaces each op
+by a ``func.call`` of a private declaration ``@__latch_attention_N`` that carries the op's
+name and attributes (``latch.op``, ``causal``, ``scale``); calls inline like any other.
+
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-lower-attention)'``
 """
 from __future__ import annotations
@@ -28,28 +34,90 @@ from latch.passes.base import ModulePass, function_definitions, operation as _op
 OPS = ("latch.attention", "latch.attention_grad")
 
 
-def _ops(op):
+DECLARATION = "__latch_attention_"     # the call form's callees: @__latch_attention_N
+_ATTRS = ("causal", "scale")
+
+
+def _ops(op, names=OPS):
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 inner = _op(inner)
-                if inner.name in OPS and len(inner.results):
+                if inner.name in names and len(inner.results):
                     yield inner
-                yield from _ops(inner)
+                yield from _ops(inner, names)
+
+
+def _declarations(module) -> dict:
+    """name -> the call form's private declarations."""
+    from mlir import ir
+
+    out = {}
+    for o in module.regions[0].blocks[0].operations:
+        o = _op(o)
+        if o.name == "func.func" and "latch.op" in o.attributes:
+            out[ir.StringAttr(o.attributes["sym_name"]).value] = o
+    return out
+
+
+class AttentionToCalls(ModulePass):
+    name = "latch-attention-to-calls"
+    summary = ("tensor-form latch.attention / latch.attention_grad -> calls of private "
+               "declarations carrying the op (so that the functions holding them inline)")
+
+    def apply(self, module) -> None:
+        from mlir import ir
+
+        top = module.regions[0].blocks[0]
+        taken = set(_declarations(module))
+        counter = 0
+        for func_op in list(function_definitions(module)):
+            for op in list(_ops(func_op)):
+                while f"{DECLARATION}{counter}" in taken:
+                    counter += 1
+                name = f"{DECLARATION}{counter}"
+                taken.add(name)
+                ftype = ir.FunctionType.get([v.type for v in op.operands],
+                                            [r.type for r in op.results])
+                attrs = {"sym_name": ir.StringAttr.get(name),
+                         "function_type": ir.TypeAttr.get(ftype),
+                         "sym_visibility": ir.StringAttr.get("private"),
+                         "latch.op": ir.StringAttr.get(op.name)}
+                attrs.update({n: op.attributes[n] for n in _ATTRS})
+                with ir.InsertionPoint(top), op.location:
+                    ir.Operation.create("func.func", attributes=attrs, regions=1)
+                with ir.InsertionPoint(op), op.location:
+                    call = ir.Operation.create(
+                        "func.call", results=[r.type for r in op.results],
+                        operands=list(op.operands),
+                        attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
+                for r, new in zip(op.results, call.results):
+                    r.replace_all_uses_with(new)
+                op.erase()
 
 
 class LowerAttention(ModulePass):
     name = "latch-lower-attention"
-    summary = ("tensor-form latch.attention / latch.attention_grad -> buffer form (run before "
-               "one-shot bufferization)")
+    summary = ("tensor-form latch.attention / latch.attention_grad (ops or their call form) -> "
+               "buffer form (run before one-shot bufferization)")
 
     def apply(self, module) -> None:
+        from mlir import ir
+
+        decls = _declarations(module)
         for func_op in function_definitions(module):
             for op in list(_ops(func_op)):
-                _lower(op)
+                _lower(op, op.name, {n: op.attributes[n] for n in _ATTRS})
+            for call in list(_ops(func_op, ("func.call",))):
+                decl = decls.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
+                if decl is not None:
+                    _lower(call, ir.StringAttr(decl.attributes["latch.op"]).value,
+                           {n: decl.attributes[n] for n in _ATTRS})
+        for decl in decls.values():          # every call of them is gone
+            decl.erase()
 
 
-def _lower(op) -> None:
+def _lower(op, name: str, attrs: dict) -> None:
     from mlir import ir
 
     i64 = ir.IntegerType.get_signless(64)
@@ -69,8 +137,7 @@ def _lower(op) -> None:
                 operands=[], attributes={
                     "alignment": ir.IntegerAttr.get(i64, 256),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result)
-        ir.Operation.create(op.name, results=[], operands=ins + outs,
-                            attributes={n: op.attributes[n] for n in ("causal", "scale")})
+        ir.Operation.create(name, results=[], operands=ins + outs, attributes=attrs)
         for r, buf in zip(op.results, outs):
             back = ir.Operation.create(
                 "bufferization.to_tensor", results=[r.type], operands=[buf],

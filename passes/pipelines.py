@@ -35,8 +35,9 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "latch-lower-rules",
         "stage 'latch': verify, then lower state, schedules, control and optimizer ops to "
         "tensor code (func/linalg/scf/arith)",
-        ("latch-verify", "latch-lower-state", "latch-lower-schedules", "latch-lower-control",
-         "latch-lower-optimizers", "inline", "canonicalize", "cse"),
+        ("latch-verify", "latch-attention-to-calls", "latch-lower-state",
+         "latch-lower-schedules", "latch-lower-control", "latch-lower-optimizers", "inline",
+         "canonicalize", "cse"),
     ),
     NamedPipeline(
         "latch-bufferize",

@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="latch,torch")
     ap.add_argument("--latch-probe", help="a saved SGD(1.0) bf16 probe program to run")
     ap.add_argument("--save-probe", help="compile the probe program for cuda, save, stop")
-    ap.add_argument("--attention", choices=("math", "flash"), default="math",
+    ap.add_argument("--attention", choices=("math", "flash", "fused"), default="math",
                     help="the Latch probe's attention rounding (latch.compile's option)")
     ap.add_argument("--pinned", action="store_true",
                     help="also measure each engine with routing pinned to float64's choices")

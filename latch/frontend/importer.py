@@ -238,9 +238,15 @@ def import_to_linalg(traced: TracedGraph, func_name: str = "loss_and_grads",
 
 
 def verify_upstream(text: str):
-    """Parse ``text`` with the upstream ``mlir`` bindings in a fresh context."""
+    """Parse ``text`` with the upstream ``mlir`` bindings in a fresh context.  Latch ops the
+    import leaves in place (``latch.attention`` / ``latch.attention_grad`` of
+    ``attention="fused"``) are accepted there and checked by ``latch-verify``."""
     import mlir.ir as uir
-    with uir.Context():
+    with uir.Context() as ctx:
+        latch_ops = '"latch.' in text
+        if latch_ops:
+            import latch.dialect
+            latch.dialect.load(ctx)
         try:
             m = uir.Module.parse(text)
         except Exception as e:
@@ -248,3 +254,10 @@ def verify_upstream(text: str):
                              diagnostics=[str(e)[:2000]]) from e
         if not m.operation.verify():
             raise LatchError("the imported linalg IR does not verify in upstream MLIR")
+        if latch_ops:
+            from latch.passes.latch_verify import verify_module
+            try:
+                verify_module(m)
+            except Exception as e:  # noqa: BLE001 - a Violation: say which rule
+                raise LatchError("the imported IR's Latch ops do not verify",
+                                 diagnostics=[str(e)[:2000]]) from e

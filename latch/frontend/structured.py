@@ -1,4 +1,5 @@
-"""Structured control flow in traces: ``latch.scan`` / ``latch.repeat`` kept as loops.
+"""Structured control flow in traces: ``latch.scan`` / ``latch.repeat`` kept as loops (and
+fused attention kept as one op).
 
 Tracing (stage 1).  While Latch traces a model, :func:`latch.scan` and :func:`latch.repeat`
 do not run their Python loops: each call becomes **one** node of the traced graph, a call to
@@ -40,10 +41,18 @@ main function is assembled: ``func.call``\\ s of the segments, and for each node
                     ``@<main>__repeatN_vjp`` and accumulating the parameters' gradients with
                     ``latch.accumulate``;
 
-lowered right away by ``latch-lower-control`` (-> ``scf.for``) and
+* attention      -> ``latch.attention`` (``q, k, v -> o, lse``) and
+  attention_grad -> ``latch.attention_grad`` (``q, k, v, lse, dO, delta -> dQ, dK, dV``),
+                    their ``causal`` and ``scale`` attributes read from the node's
+                    arguments.  These are the ``latch::attention`` / ``latch::attention_grad``
+                    custom ops of :mod:`latch.frontend.attention` (``attention="fused"``):
+                    no body, no :class:`Call`, and they stay in the result (a later pass of
+                    the cuda target lowers them);
+
+the loop ops are lowered right away by ``latch-lower-control`` (-> ``scf.for``) and
 ``latch-lower-optimizers``, then ``inline`` + ``symbol-dce``: the result is one
 ``func.func @<main>`` on tensors, as :func:`latch.frontend.importer.import_to_linalg`
-returns it, with each body once inside its ``scf.for``.
+returns it, with each body once inside its ``scf.for`` (and the attention ops, if any).
 
 Limitations: bodies are traced with the structured ops switched off, so a scan/repeat nested
 inside a body is unrolled in that body; tensors of the traced model that a scan's step
@@ -463,8 +472,24 @@ def _vjp_of(call: Call):
 
 
 def _is_structured(n) -> bool:
+    """A node of a ``latch::`` custom op: a loop (scan/repeat) or a fused attention op;
+    the import splits the graph at each."""
     return (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
             and n.target.namespace == "latch")
+
+
+#: The fused attention ops (latch.frontend.attention): structured nodes with no Call record
+#: (no body), imported as the Latch ops of the same names.
+ATTENTION_OPS = ("latch::attention", "latch::attention_grad")
+
+
+def _is_attention(n) -> bool:
+    return _is_structured(n) and n.target._schema.name in ATTENTION_OPS
+
+
+def _is_loop(n) -> bool:
+    """A scan/repeat node: its second argument is the key of its :class:`Call`."""
+    return _is_structured(n) and not _is_attention(n)
 
 
 def _digest(gm) -> str:
@@ -560,10 +585,10 @@ def finish(gm, rec: Recorder | None, precision: str) -> None:
         return
     by_base = {c.base_key: c for c in rec.calls}
     for n in gm.graph.nodes:
-        if _is_structured(n):
+        if _is_loop(n):
             n.args = (n.args[0], by_base[n.args[1]].key)
     gm.recompile()
-    used = {n.args[1] for n in gm.graph.nodes if _is_structured(n)}
+    used = {n.args[1] for n in gm.graph.nodes if _is_loop(n)}
     gm.meta[META_KEY] = {c.key: c for c in rec.calls if c.key in used}
 
 
@@ -578,7 +603,12 @@ def _trace_body(fn, args, precision, what, grad=False):
 
 
 def has_structured(traced) -> bool:
-    return bool(getattr(traced.graph_module, "meta", {}).get(META_KEY))
+    """Whether ``traced`` needs :func:`import_structured`: it has loops (their bodies are in
+    ``META_KEY``) or fused attention nodes (which have no entry there)."""
+    gm = traced.graph_module
+    if getattr(gm, "meta", {}).get(META_KEY):
+        return True
+    return any(_is_attention(n) for n in gm.graph.nodes)
 
 
 # ----------------------------------------------------------------------------- import
@@ -650,7 +680,7 @@ def build_latch_module(traced, func_name: str, lower) -> str:
     from latch.passes.lower_optimizers import create
 
     gm = traced.graph_module
-    calls = gm.meta[META_KEY]
+    calls = gm.meta.get(META_KEY, {})       # none when the only structured nodes are attention
     plan = _split(gm)
     texts, segs = [], []
     for i, (kind, item) in enumerate(plan):
@@ -709,6 +739,9 @@ def build_latch_module(traced, func_name: str, lower) -> str:
                         env[o] = v
                     continue
                 node = item
+                if _is_attention(node):         # no Call: its operands are its arguments
+                    bind(node, _emit_attention(lt, node, env))
+                    continue
                 c = calls[node.args[1]]
                 args = [env[a] for a in node.args[0]]
                 op = node.target._schema.name
@@ -722,6 +755,20 @@ def build_latch_module(traced, func_name: str, lower) -> str:
                     bind(node, _emit_repeat_bwd(lt, c, args, ftypes, func_name))
             create("func.return", [env[v] for v in out_vals])
         return module.operation.get_asm(print_generic_op_form=True)
+
+
+def _emit_attention(lt, node, env):
+    """``latch.attention`` / ``latch.attention_grad`` for a node of the custom op of the same
+    name: its tensor arguments are the operands, ``causal`` and ``scale`` (Python constants
+    of the trace) the attributes; returns the results in the op schema's order."""
+    schema = node.target._schema
+    given = dict(zip((a.name for a in schema.arguments), node.args))
+    given.update(node.kwargs)
+    causal, scale = bool(given["causal"]), float(given["scale"])
+    if schema.name == "latch::attention":
+        return lt.attention(*(env[given[n]] for n in ("q", "k", "v")), causal, scale)
+    return lt.attention_grad(*(env[given[n]] for n in ("q", "k", "v", "lse", "do", "delta")),
+                             causal, scale)
 
 
 def _emit_scan(lt, c, args, ftypes, func_name):
@@ -799,7 +846,9 @@ FINISH = "builtin.module(inline, symbol-dce, canonicalize, cse)"
 
 
 def lower_latch_module(text: str) -> str:
-    """latch.scan/loop/accumulate -> scf/linalg, latch.call -> func.call, inline the parts."""
+    """latch.scan/loop/accumulate -> scf/linalg, latch.call -> func.call, inline the parts.
+    ``latch.attention`` / ``latch.attention_grad`` are left as they are (the cuda target's
+    ``latch-lower-attention`` lowers them)."""
     from mlir import ir
 
     import latch.dialect

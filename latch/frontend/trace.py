@@ -99,7 +99,7 @@ def tracing_context(precision: str = "fp32"):
         stack.enter_context(StaticOneHotMode())
         if precision == "bf16":
             stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
-            if attention.current() == "flash":    # compile(..., attention="flash")
+            if attention.current() in attention.ROUTED_MODES:   # attention="flash"/"fused"
                 stack.enter_context(attention.FlashRoundingMode())
         yield
 

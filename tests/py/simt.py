@@ -1035,6 +1035,20 @@ class Simt:
                 raise NotImplementedError(f"nvvm.barrier {red}")
             env[o.outs[0]] = _round(r[self.blk].astype(np.int64), self.types[o.outs[0]].elem)
 
+    _ALL_REDUCE = {"add": np.sum, "mul": np.prod, "maximumf": np.max, "minimumf": np.min,
+                   "maxnumf": np.nanmax, "minnumf": np.nanmin, "max": np.max, "min": np.min,
+                   "and": np.bitwise_and.reduce, "or": np.bitwise_or.reduce,
+                   "xor": np.bitwise_xor.reduce}
+
+    def _k_all_reduce(self, o, env, mask):
+        """gpu.all_reduce <op> (no body): every thread of a block gets the block's
+        reduction of its value; all threads of the block take part (a barrier)."""
+        kind = str(o.op.attributes["op"]).split()[-1].rstrip(">")
+        self._k_barrier(o, env, mask)
+        x = np.broadcast_to(env[o.ins[0]], (self.L,)).reshape(self.G, self.T)
+        r = np.array([self._ALL_REDUCE[kind](row) for row in x])
+        env[o.outs[0]] = _round(r[self.blk], self.types[o.outs[0]].elem)
+
     def _warp(self, mask, what):
         assert self.T % 32 == 0, f"{what} in a block of {self.T} threads"
         m = mask.reshape(-1, 32)
@@ -1418,6 +1432,7 @@ _KERNEL = {
     "gpu.block_dim": Simt._k_id, "gpu.grid_dim": Simt._k_id, "gpu.lane_id": Simt._k_lane_id,
     "gpu.barrier": Simt._k_barrier, "nvvm.barrier0": Simt._k_barrier,
     "nvvm.barrier": Simt._k_nvvm_barrier, "gpu.shuffle": Simt._k_shuffle,
+    "gpu.all_reduce": Simt._k_all_reduce,
     "memref.load": Simt._k_load, "memref.store": Simt._k_store,
     "memref.view": Simt._k_view, "gpu.dynamic_shared_memory": Simt._k_dynamic_shared,
     "vector.load": Simt._k_vload, "vector.store": Simt._k_vstore,

@@ -1,0 +1,91 @@
+"""A whole training update with fused attention, executed on the CPU.
+
+A small causal self-attention model is compiled for the cuda target with
+``attention="fused"`` and with ``attention="flash"`` (the same rounding, decomposed); the
+module each build hands to ``latch-form-kernels`` (dumped through ``LATCH_DUMP_DIR``) is
+formed into kernels and the whole update — every launch — runs in the SIMT interpreter
+(tests/py/simt.py).  With ``optim.SGD(1.0)`` the parameters' change is the gradient, which
+is compared per tensor with float64 PyTorch: the fused program must be as close as the
+decomposed one (both round the same values to bf16), with fewer launches and no buffer of
+attention scores."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from simt import Simt
+
+# latch-form-kernels up to its kernels, without the lowering to cf the interpreter skips
+FORM = ("builtin.module(latch-form-attention-kernels, latch-wrap-host-compute, "
+        "latch-form-contraction-kernels, func.func(convert-linalg-to-parallel-loops), "
+        "latch-map-parallel-loops{block=32,8}, lower-affine, canonicalize, cse)")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x, y):
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.mse_loss(self.out(o.transpose(1, 2).reshape(B, T, d)).float(), y)
+
+
+def _update(model, x, y, attention, dump, monkeypatch):
+    """(parameters after one SGD(1.0) update, loss, launch count, module text) interpreted."""
+    from mlir import ir
+
+    import latch
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    monkeypatch.setenv("LATCH_DUMP_DIR", str(dump))
+    monkeypatch.setenv("LATCH_CACHE", "0")
+    prog = latch.compile(model, latch.optim.SGD(1.0), (x, y), target="cuda", precision="bf16",
+                         attention=attention)
+    launches = len(prog.manifest["launches"])
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse((dump / "cuda-latch-form-kernels.mlir").read_text())
+        run_pipeline(m, FORM)
+        text = str(m)
+        params = [p.detach().double().numpy().copy() for p in model.parameters()]
+        res = Simt(m).run(params + [np.array(0, np.int64), x.double().numpy(),
+                                    y.double().numpy()], func="update")
+    new = [torch.as_tensor(np.asarray(r, np.float64)) for r in res[:len(params)]]
+    return new, float(np.asarray(res[-1])), launches, text
+
+
+def test_fused_update_matches_float64_like_the_decomposed_one(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    model = CausalSelfAttention()
+    x, y = torch.randn(2, 128, 32), torch.randn(2, 128, 32)
+    ref = CausalSelfAttention().double()
+    ref.load_state_dict(model.state_dict())
+    loss = ref(x.double(), y.double())
+    loss.backward()
+    got = {}
+    for attention in ("flash", "fused"):
+        (tmp_path / attention).mkdir()
+        new, got_loss, launches, text = _update(model, x, y, attention, tmp_path / attention,
+                                                monkeypatch)
+        assert abs(got_loss - float(loss)) < 1e-3 * float(loss)
+        errs = {}
+        for (name, p), p_new in zip(ref.named_parameters(), new):
+            g = p.detach() - p_new
+            errs[name] = float((g - p.grad).norm() / p.grad.norm())
+        got[attention] = (errs, launches, text)
+    flash, fused = got["flash"], got["fused"]
+    for name, err in fused[0].items():
+        assert err < 0.1, (name, err)
+        assert err <= 1.25 * flash[0][name] + 2e-3, (name, err, flash[0][name])
+    assert fused[1] < flash[1]                             # fewer launches
+    assert "x128x128x" not in fused[2] and "x128x128x" in flash[2]    # no score buffers
+    assert fused[2].count("@attention_dkdv") == 2          # module symbol + its launch
