@@ -9,10 +9,10 @@ b32); ``b<batch>-<precision>-every<N>`` is the selective-updates workload (exper
 step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py runs it);
 ``b<batch>-<precision>-looped`` (e.g. b32-bf16-looped) is the looped TinyMoE of WORKLOADS.md
 (layers 2-5 applied twice: tinymoe_model.make_looped_tinymoe_196m; bench/tinymoe_bench_gpu.py
---workloads looped-b32 runs it); a trailing ``-flash`` (e.g. b32-bf16-flash) compiles with
-``attention="flash"`` (latch/frontend/attention.py; the bench's ``latch-flash`` engine runs
-it), a trailing ``-fused`` with ``attention="fused"`` (the fused attention kernels; engine
-``latch-fused``).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+--workloads looped-b32 runs it); a trailing ``-math``, ``-flash`` or ``-fused``
+(e.g. b32-bf16-math) compiles with that ``attention`` option instead of the default
+(``"auto"``: fused attention kernels on cuda with bf16; latch/frontend/attention.py), for the
+bench's ``latch-math`` / ``latch-flash`` / ``latch-fused`` engines.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
 so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
@@ -55,8 +55,8 @@ def build(name: str) -> dict:
     recipe = "B2" if batch == 2 else "Q"
     rule = tinymoe_rule(recipe)
     make = make_tinymoe_196m
-    attention = "math"
-    if variant[-1:] in (["flash"], ["fused"]):   # e.g. b32-bf16-fused: attention="fused"
+    attention = "auto"           # latch.compile's default (fused attention on cuda with bf16)
+    if variant[-1:] in (["math"], ["flash"], ["fused"]):   # e.g. b32-bf16-math: attention="math"
         attention, variant = variant[-1], variant[:-1]
     if variant == ["looped"]:   # e.g. b32-bf16-looped: the looped TinyMoE (layers 2-5 twice)
         make = make_looped_tinymoe_196m

@@ -10,11 +10,11 @@ AdamW 0.9/0.95 eps 1e-8 wd 0.1, clip 1.0, warmup+cosine learning rate; WORKLOADS
 engine runs in its own process on the same model (same seed) and the same fixed batch:
 
 * ``latch``: the artifact ``tinymoe196m-b<B>-bf16.latch``, one CUDA graph replay per update;
-* ``latch-flash`` / ``latch-fused`` (not in the default ``--engines``):
-  ``tinymoe196m-b<B>-bf16-flash.latch`` / ``-fused.latch``, compiled with
-  ``attention="flash"`` / ``"fused"`` (builds ``b<B>-bf16-flash`` / ``-fused``: the fused
-  attention kernels of passes/attention_kernels.py); their speed-ups over the controls and
-  their time relative to ``latch`` are printed;
+* ``latch-math`` / ``latch-flash`` / ``latch-fused`` (not in the default ``--engines``):
+  ``tinymoe196m-b<B>-bf16-math.latch`` (and ``-flash``, ``-fused``), compiled with that
+  ``attention`` option instead of the default (``"auto"``, which is ``"fused"`` on cuda with
+  bf16: passes/attention_kernels.py); their speed-ups over the controls and their time
+  relative to ``latch`` are printed;
 * ``torch-eager``: zero_grad, autocast forward, backward, clip_grad_norm_, AdamW, schedule;
 * ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
   update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
@@ -92,18 +92,19 @@ def parse_workload(name: str) -> tuple[int, bool]:
     return int(body[1:]), looped
 
 
-ATTENTION_ENGINES = {"latch": "math", "latch-flash": "flash", "latch-fused": "fused"}
+ATTENTION_ENGINES = {"latch": "auto", "latch-math": "math", "latch-flash": "flash",
+                     "latch-fused": "fused"}
 
 
-def build_name(batch: int, looped: bool, attention: str = "math") -> str:
+def build_name(batch: int, looped: bool, attention: str = "auto") -> str:
     """The bench/tinymoe196m_build.py build (and artifact) of a workload (``attention``: the
     build's attention option, "-flash" / "-fused" builds for the ``latch-flash`` /
     ``latch-fused`` engines)."""
     return f"b{batch}-bf16" + ("-looped" if looped else "") + \
-        ("" if attention == "math" else f"-{attention}")
+        ("" if attention == "auto" else f"-{attention}")
 
 
-def run_latch(batch, idx, tgt, model, args, looped=False, attention="math") -> dict:
+def run_latch(batch, idx, tgt, model, args, looped=False, attention="auto") -> dict:
     import torch
 
     import latch
@@ -195,7 +196,7 @@ def child(engine: str, workload: str, args) -> dict:
     batch, looped = parse_workload(workload)
     make = make_looped_tinymoe_196m if looped else make_tinymoe_196m
     model, (idx, tgt) = make(batch=batch)
-    attention = ATTENTION_ENGINES.get(engine, "math")
+    attention = ATTENTION_ENGINES.get(engine, "auto")
     build = json.load(open(os.path.join(ART, "build.json"))).get(
         build_name(batch, looped, attention), {})
     want, got = build.get("fingerprint", {}), fingerprint(model)

@@ -81,5 +81,5 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     from latch.frontend.attention import attention_rounding, traced_mode
     # the traces (key and build) see it; "fused" makes its ops only for a target that lowers
     # them (cuda), elsewhere it traces as "flash"
-    with attention_rounding(traced_mode(options.attention, options.target)):
+    with attention_rounding(traced_mode(options.attention_mode, options.target)):
         return cached_compile(model, rule, inputs, options, build)

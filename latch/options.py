@@ -16,6 +16,8 @@ PRECISIONS = {
     "bf16": "matmul inputs in bfloat16 as torch.autocast does; fp32 master weights and state",
 }
 ATTENTION = {
+    "auto": "the default: 'fused' for target='cuda' with precision='bf16' (the fused kernels, "
+            "PyTorch's CUDA rounding), else 'math'",
     "math": "PyTorch's math decomposition under autocast: scores rounded to bf16 before the "
             "softmax (what torch.autocast on the CPU computes)",
     "flash": "the rounding of PyTorch's CUDA flash kernels: float32 scores and softmax, bf16 "
@@ -56,8 +58,9 @@ class CompileOptions:
     # How bf16 attention is rounded (latch/frontend/attention.py): "math", PyTorch's math
     # decomposition under autocast (scores rounded to bf16), "flash", the rounding of
     # PyTorch's CUDA flash kernels (float32 scores and softmax), or "fused", that rounding
-    # as fused attention ops whose kernels never store the scores (cuda; "flash" on cpu).
-    attention: str = "math"
+    # as fused attention ops whose kernels never store the scores (cuda; "flash" on cpu);
+    # "auto" (the default) is "fused" on cuda with bf16 and "math" otherwise.
+    attention: str = "auto"
 
     def __post_init__(self):
         _check("target", self.target, TARGETS)
@@ -71,12 +74,19 @@ class CompileOptions:
             raise LatchError(f"distributed=True needs target='cuda' (the gradients are averaged "
                              f"with NCCL); got target={self.target!r}")
         _check("attention", self.attention, ATTENTION)
-        if self.attention != "math" and self.precision != "bf16":
+        if self.attention not in ("math", "auto") and self.precision != "bf16":
             raise LatchError(f"attention={self.attention!r} sets how bf16 attention is "
                              f"rounded; it needs precision='bf16' (got {self.precision!r})")
         if not (isinstance(self.bucket_mb, (int, float)) and 0 < self.bucket_mb < 1 << 20):
             raise LatchError(f"bucket_mb must be a positive number of MiB, got "
                              f"{self.bucket_mb!r}")
+
+    @property
+    def attention_mode(self) -> str:
+        """The attention option with "auto" resolved for this target and precision."""
+        if self.attention != "auto":
+            return self.attention
+        return "fused" if self.target == "cuda" and self.precision == "bf16" else "math"
 
     @property
     def bucket_bytes(self) -> int:

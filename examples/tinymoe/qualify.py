@@ -159,7 +159,7 @@ def grads_torch_bf16(model, x, y, device, routes=None):
     return float(loss.detach()), {n: g.float().cpu() for n, g in zip(names, gs)}, chosen
 
 
-def probe_program(model, x, y, device, routes=None, attention="math"):
+def probe_program(model, x, y, device, routes=None, attention="auto"):
     """The Latch SGD(1.0) bf16 probe; with ``routes`` (an example), the pinned variant."""
     import latch
     from latch import optim
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="latch,torch")
     ap.add_argument("--latch-probe", help="a saved SGD(1.0) bf16 probe program to run")
     ap.add_argument("--save-probe", help="compile the probe program for cuda, save, stop")
-    ap.add_argument("--attention", choices=("math", "flash", "fused"), default="math",
+    ap.add_argument("--attention", choices=("auto", "math", "flash", "fused"), default="auto",
                     help="the Latch probe's attention rounding (latch.compile's option)")
     ap.add_argument("--pinned", action="store_true",
                     help="also measure each engine with routing pinned to float64's choices")

@@ -499,10 +499,11 @@ def parse_args(argv=None):
     ap.add_argument("--program", default=None, help="--engine latch: a saved program to run")
     ap.add_argument("--save-program", default=None,
                     help="--engine latch: compile, save the program there and stop")
-    ap.add_argument("--attention", choices=("math", "flash", "fused"), default="math",
-                    help="--engine latch, bf16: how attention is rounded (latch.compile's "
-                         "attention option; flash: float32 scores, as PyTorch's CUDA kernels; fused: "
-                         "the same rounding in fused flash-style kernels, cuda target)")
+    ap.add_argument("--attention", choices=("auto", "math", "flash", "fused"), default="auto",
+                    help="--engine latch, bf16: latch.compile's attention option (auto: fused "
+                         "on cuda, math on cpu; math: scores rounded to bf16 as CPU autocast; "
+                         "flash: float32 scores, as PyTorch's CUDA kernels; fused: that "
+                         "rounding in fused flash-style kernels, cuda target)")
     ap.add_argument("--target", choices=("cuda", "cpu"), default=None,
                     help="--engine latch: the compile target (default: cuda with "
                          "--save-program or on a CUDA device, else cpu)")

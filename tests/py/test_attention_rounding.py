@@ -52,7 +52,10 @@ def _rel(a, b):
 
 
 def test_options_are_checked():
-    assert CompileOptions().attention == "math"
+    assert CompileOptions().attention == "auto"
+    assert CompileOptions(precision="bf16").attention_mode == "math"           # cpu
+    assert CompileOptions(target="cuda", precision="bf16").attention_mode == "fused"
+    assert CompileOptions(target="cuda").attention_mode == "math"              # fp32
     with pytest.raises(LatchError, match="precision='bf16'"):
         CompileOptions(attention="flash")
     with pytest.raises(LatchError, match="unknown attention 'fast'"):
