@@ -1,7 +1,7 @@
 """Every GEMM shape of a TinyMoE B32 update: Latch's contraction kernel vs torch.matmul
 (cuBLAS), bf16 operands, f32 accumulation.
 
-    .venv/bin/python bench/gemm_shapes.py build            # here: needs MLIR
+    .venv/bin/python bench/gemm_shapes.py build [--narrow] # here: needs MLIR
     LATCH_COMMIT=$(git rev-parse HEAD) PYTHONPATH=. python bench/gemm_shapes.py run  # GPU
 
 ``build`` writes one artifact per shape (bench/artifacts/gemm/<shape>.latch): a function
@@ -88,16 +88,22 @@ def mlir_text(batch, m, k, n, layout="nn") -> str:
 """
 
 
-def build(only) -> int:
+def build(only, narrow: bool = False) -> int:
+    """``narrow``: the 128x128 tile everywhere (``<name>-narrow.latch``), to be measured
+    side by side with the default build (the 128x256 tile where the pass takes it)."""
     import time
 
+    import latch.passes.form_contraction_kernels as fck
     from latch.targets.cuda import compile_update_to_artifact
     os.makedirs(ART, exist_ok=True)
+    fck.WIDE_TILES = not narrow
+    suffix = "-narrow" if narrow else ""
     for name, shape in SHAPES.items():
         if only and name not in only:
             continue
         t0 = time.perf_counter()
-        m = compile_update_to_artifact(mlir_text(*shape), os.path.join(ART, f"{name}.latch"))
+        m = compile_update_to_artifact(mlir_text(*shape),
+                                       os.path.join(ART, f"{name}{suffix}.latch"))
         kinds = [la["module"] for la in m["launches"]]
         print(f"{name}: {len(kinds)} launches {kinds}, {time.perf_counter() - t0:.1f} s",
               flush=True)
@@ -107,7 +113,6 @@ def build(only) -> int:
 def run(only, iters: int) -> int:
     import torch
 
-    import latch
     from latch.runtime import driver as drv
     torch.backends.cuda.matmul.allow_tf32 = False
     env = {"gpu": torch.cuda.get_device_name(0), "driver": drv.driver_version(),
@@ -141,32 +146,12 @@ def run(only, iters: int) -> int:
         # reads the stored layout as it is)
         ma = a.transpose(-1, -2) if layout == "tn" else a
         mb = b.transpose(-1, -2) if layout == "nt" else b
-        prog = latch.load(os.path.join(ART, f"{name}.latch"))
-        out = prog(a, b)
-        ref = torch.matmul(ma.float(), mb.float())
-        err = float((out - ref).norm() / ref.norm())
-        del ref, out
-        first = next(i for i, la in enumerate(prog.launches)
-                     if la.spec["module"].startswith("latch_contract"))
-        launch, rest = prog.launches[first], prog.launches[first:]
-
-        def enqueue_contraction():          # + the split-K partial-sum kernel, if any
-            for la in rest:
-                la.enqueue(prog.stream)
-
-        ours = timed(enqueue_contraction, prog.torch_stream)
-        theirs = timed(lambda x=ma, y=mb: torch.matmul(x, y))
-        rec = dict(env, workload=f"gemm-{name}", shape=[batch, m, k, n], layout=layout,
-                   rel_l2_vs_fp32=err, grid=launch.grid, block=launch.block,
-                   launches=len(rest))
-        for engine, (med, lo, hi) in (("latch", ours), ("cublas-torch.matmul", theirs)):
-            records.append(dict(rec, engine=engine, median_ms=med, min_ms=lo, max_ms=hi,
-                                tflops=flop / med / 1e9))
-        print(f"{name:14s} rel L2 {err:.2e}  latch {ours[0]:8.3f} ms "
-              f"{flop / ours[0] / 1e9:6.1f} TFLOP/s   cuBLAS {theirs[0]:8.3f} ms "
-              f"{flop / theirs[0] / 1e9:6.1f} TFLOP/s   latch/cuBLAS throughput "
-              f"{theirs[0] / ours[0]:.2f}", flush=True)
-        prog.close()
+        for variant in ("", "-narrow"):
+            path = os.path.join(ART, f"{name}{variant}.latch")
+            if os.path.exists(path):
+                records += _measure(f"{name}{variant}", path, a, b, ma, mb, flop, timed,
+                                    dict(env, workload=f"gemm-{name}{variant}",
+                                         shape=[batch, m, k, n], layout=layout))
         del a, b, ma, mb
         torch.cuda.empty_cache()
     stamp = env["date"].replace(":", "").replace("-", "")
@@ -178,14 +163,51 @@ def run(only, iters: int) -> int:
     return 0
 
 
+def _measure(name, path, a, b, ma, mb, flop, timed, rec) -> list:
+    """The artifact at ``path`` against torch.matmul on the same operands: two records."""
+    import torch
+
+    import latch
+    records = []
+    prog = latch.load(path)
+    out = prog(a, b)
+    ref = torch.matmul(ma.float(), mb.float())
+    err = float((out - ref).norm() / ref.norm())
+    del ref, out
+    first = next(i for i, la in enumerate(prog.launches)
+                 if la.spec["module"].startswith("latch_contract"))
+    launch, rest = prog.launches[first], prog.launches[first:]
+
+    def enqueue_contraction():          # + the split-K partial-sum kernel, if any
+        for la in rest:
+            la.enqueue(prog.stream)
+
+    ours = timed(enqueue_contraction, prog.torch_stream)
+    theirs = timed(lambda x=ma, y=mb: torch.matmul(x, y))
+    rec = dict(rec, rel_l2_vs_fp32=err, grid=launch.grid, block=launch.block,
+               launches=len(rest), shared_bytes=launch.spec.get("shared_bytes", 0))
+    for engine, (med, lo, hi) in (("latch", ours), ("cublas-torch.matmul", theirs)):
+        records.append(dict(rec, engine=engine, median_ms=med, min_ms=lo, max_ms=hi,
+                            tflops=flop / med / 1e9))
+    print(f"{name:14s} rel L2 {err:.2e}  latch {ours[0]:8.3f} ms "
+          f"{flop / ours[0] / 1e9:6.1f} TFLOP/s   cuBLAS {theirs[0]:8.3f} ms "
+          f"{flop / theirs[0] / 1e9:6.1f} TFLOP/s   latch/cuBLAS throughput "
+          f"{theirs[0] / ours[0]:.2f}", flush=True)
+    prog.close()
+    return records
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["build", "run"])
     p.add_argument("--only", default="")
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--narrow", action="store_true",
+                   help="build: the 128x128 tile everywhere, as <shape>-narrow.latch (run "
+                        "measures both builds side by side)")
     args = p.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
-    return build(only) if args.what == "build" else run(only, args.iters)
+    return build(only, args.narrow) if args.what == "build" else run(only, args.iters)
 
 
 if __name__ == "__main__":

@@ -731,7 +731,8 @@ def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str,
     return kt, accs, results
 
 
-def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, tuple, tuple, int]:
+def mma_kernel_text(con: Contraction, name: str, splits: int = 1,
+                    wide: bool = False) -> tuple[str, tuple, tuple, int]:
     """(gpu.module text, grid, block, dynamic shared bytes) of the tensor-core kernel.
 
     256 threads (8 warps, 2 x 4, each a 64x32 sub-tile) compute a 128x128 output tile; the
@@ -747,9 +748,13 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1) -> tuple[str, 
     converted by the threads and stored into a [rows][k] tile.  Fragments are read with
     ``ldmatrix`` (``.trans`` for [k][rows] tiles) and multiplied with ``mma.sync``
     m16n8k16.  Tiles are padded by 8 elements per row so that the 8 rows an ``ldmatrix``
-    reads fall in distinct banks."""
-    BM, BN, BK, THREADS, STAGES = 128, 128, 32, 256, 4
-    WM, WN = 64, 32                   # warp tile: 2 x 4 warps
+    reads fall in distinct banks.
+
+    ``wide``: a 128x256 output tile, each warp 64x64 (twice the products per fragment read
+    from shared memory; 128 accumulators per thread, one block per SM), for outputs with
+    enough such tiles to fill the GPU (:func:`wide_tiles`)."""
+    BM, BN, BK, THREADS, STAGES = 128, (256 if wide else 128), 32, 256, 4
+    WM, WN = 64, (64 if wide else 32)     # warp tile: 2 x 4 warps
     MT, NT = WM // 16, WN // 8        # mma tiles per warp
     t = _Text()
     k = _Kernel(con, t, (BM, BN, BK), narrow=True, splits=splits)
@@ -1116,6 +1121,8 @@ class FormContractionKernels(ModulePass):
             name = f"latch_contract_{counter}"
             taken.add(name)
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
+            if make is mma_kernel_text and wide_tiles(con):
+                make = _wide_mma_kernel_text
             text, grid, block, shared = make(con, name)
             splits = split_factor(grid, -(-con.size("k") // _K_TILE[make]))
             if splits > 1:
@@ -1196,7 +1203,28 @@ def _split_k_workspaces(planned) -> dict:
 
 
 # k-tile depth of each kernel (split-K slices whole k-tiles)
-_K_TILE = {mma_kernel_text: 32, simt_kernel_text: 16}
+def _wide_mma_kernel_text(con: Contraction, name: str, splits: int = 1):
+    return mma_kernel_text(con, name, splits, wide=True)
+
+
+#: Use the 128x256 tensor-core tile where :func:`wide_tiles` allows (a switch for
+#: measurements: bench/gemm_shapes.py build --narrow sets it False).
+WIDE_TILES = True
+
+
+def wide_tiles(con: Contraction) -> bool:
+    """Whether a tensor-core contraction takes the 128x256 tile: at least 256 output
+    columns and enough such tiles for a few waves of one block per SM (the wide kernel's
+    registers allow one), so that no split-K is wanted."""
+    if not WIDE_TILES:
+        return False
+    m, n = con.size("m"), con.size("n")
+    tiles = -(-m // 128) * -(-n // 256) * max(1, con.size("batch"))
+    return n >= 256 and tiles >= _WIDE_MIN_TILES
+
+
+_WIDE_MIN_TILES = 528       # _WAVE_BLOCKS (defined below): a few waves of one block per SM
+_K_TILE = {mma_kernel_text: 32, _wide_mma_kernel_text: 32, simt_kernel_text: 16}
 _WAVE_BLOCKS = 528         # blocks that fill the H200 a few times over (132 SMs x 4)
 _MAX_SPLITS = 16
 _MIN_TILES_PER_SLICE = 4

@@ -290,12 +290,15 @@ class FlashRoundingMode(TorchFunctionMode):
     to :func:`flash_rounded`, or in mode ``"fused"`` those the kernels cover to
     :func:`fused_attention` (entered by the tracing context only while :func:`current` is
     one of :data:`ROUTED_MODES`: other traces pay nothing per op).  The fused ops are made
-    only inside a Latch trace (a recorder is active): the body of a scan or repeat is traced
-    on its own and imported by torch-mlir whole, which cannot read them."""
+    only inside a Latch trace (a recorder is active).  The body of a scan or repeat is
+    traced on its own under functionalize and ``torch.func`` transforms, which run neither
+    autograd.Function, so it is traced with :func:`current` set to ``"math"``
+    (``structured._trace_body``) and this mode then routes nothing."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention and torch.is_autocast_enabled("cpu") and \
+        if func is F.scaled_dot_product_attention and current() in ROUTED_MODES and \
+                torch.is_autocast_enabled("cpu") and \
                 torch.get_autocast_dtype("cpu") == torch.bfloat16:
             a = _sdpa_arguments(args, kwargs)
             q, k, v = a["query"], a["key"], a["value"]

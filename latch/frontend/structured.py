@@ -599,7 +599,12 @@ def _trace_body(fn, args, precision, what, grad=False):
         with contextlib.nullcontext() if grad else torch.no_grad():
             return tuple(fn(*a))
     f = torch.func.functionalize(flat, remove="mutations")
-    return _make_fx(f, args, precision, args, what)
+    # a body is traced under functionalize (and its VJP under torch.func.vjp), which cannot
+    # run the autograd.Functions of attention="flash"/"fused": its attention calls keep the
+    # math decomposition (scores rounded to bf16 under bf16 autocast)
+    from latch.frontend.attention import attention_rounding
+    with attention_rounding("math"):
+        return _make_fx(f, args, precision, args, what)
 
 
 def has_structured(traced) -> bool:

@@ -206,3 +206,43 @@ def test_fused_on_the_cpu_target_is_flash(monkeypatch):
     assert '"latch.' not in fused["text"]
     assert "latch.attention" not in fused["graph"]
     assert fused["text"] == flash["text"]
+
+
+class Residual(nn.Module):
+    """``h + attention(h)`` (the block a repeat applies)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = Attention()
+
+    def forward(self, h):
+        B, T, D = h.shape
+        m = self.attn
+        q, k, v = (t.view(B, T, m.heads, D // m.heads).transpose(1, 2)
+                   for t in m.qkv(h).split(D, dim=-1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return h + a.transpose(1, 2).reshape(B, T, D).float()
+
+
+class LoopedAttention(nn.Module):
+    """A residual attention block applied twice with shared weights (``latch.repeat``),
+    then an attention layer and its loss: the repeat's body and its VJP are traced on their
+    own, under functionalize and ``torch.func.vjp``."""
+
+    def __init__(self):
+        super().__init__()
+        self.block, self.last = Residual(), Attention()
+
+    def forward(self, x, y):
+        return self.last(latch.repeat(self.block, x, 2), y)
+
+
+@pytest.mark.parametrize("attention", ["auto", "fused", "flash"])
+def test_attention_inside_a_repeat_body_takes_the_math_path(monkeypatch, attention):
+    """The default (auto = fused on cuda) and "flash" compile a model whose repeated block
+    calls attention: the body keeps the math decomposition (a functorch transform cannot run
+    an autograd.Function), the call outside the loop is fused or flash-rounded."""
+    text = _imported_ir(monkeypatch, LoopedAttention(), _data(), "cuda", attention)["text"]
+    fused = attention != "flash"
+    assert text.count('"latch.attention"') == int(fused)
+    assert text.count('"latch.attention_grad"') == int(fused)

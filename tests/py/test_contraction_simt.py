@@ -183,6 +183,47 @@ def test_mma_fused_cast_and_strided_operand():
           a_layout="strided<[128, 1], offset: 16>")
 
 
+@pytest.fixture
+def wide(monkeypatch):
+    """The 128x256 tile for every product with at least 256 columns (the pass takes it
+    only when there are enough such tiles to fill the GPU: too large to interpret)."""
+    import latch.passes.form_contraction_kernels as fck
+    monkeypatch.setattr(fck, "_WIDE_MIN_TILES", 1)
+
+
+@pytest.mark.parametrize("sizes,a_idx,b_idx", [
+    ({"m": 128, "n": 256, "k": 64}, "mk", "kn"),      # one whole tile
+    ({"m": 136, "n": 300, "k": 40}, "mk", "nk"),      # edge tiles, a partial k-tile
+    ({"m": 40, "n": 264, "k": 96}, "km", "kn"),       # A transposed (a weight gradient)
+    ({"m": 72, "n": 256, "k": 64}, "km", "nk"),
+])
+def test_mma_wide_tile(wide, sizes, a_idx, b_idx):
+    m = check(sizes, a_idx, b_idx, "mn")
+    text = str(m)
+    assert "memref<4x256x40xbf16" in text or "memref<4x32x264xbf16" in text   # B stages
+    grid = _launches(m)[0][1]
+    assert grid[0] == -(-sizes["n"] // 256) and grid[1] == -(-sizes["m"] // 128)
+
+
+def test_mma_wide_tile_batched(wide):
+    m = check({"b": 2, "m": 40, "n": 256, "k": 64}, "bmk", "bkn", "bmn")
+    assert [la[1] for la in _launches(m)] == [(1, 1, 2)]
+
+
+def test_wide_tiles_only_where_they_fill_the_gpu():
+    """B32's products take the wide tile, B2's (48 tiles) and narrow outputs do not."""
+    from latch.passes.form_contraction_kernels import wide_tiles
+
+    class C:
+        def __init__(self, m, n, b=1):
+            self.s = {"m": m, "n": n, "batch": b}
+
+        def size(self, g):
+            return self.s[g]
+    assert wide_tiles(C(32768, 2304)) and wide_tiles(C(10240, 1024, 8))
+    assert not wide_tiles(C(2048, 768)) and not wide_tiles(C(32768, 128))
+
+
 @pytest.mark.parametrize("sizes,idx,how", [
     ({"m": 40, "n": 24, "h": 2, "d": 32}, ("mhd", "nhd", "mn"), "device_async_copy"),
     ({"p": 5, "q": 8, "n": 24, "k": 64}, ("kpq", "nk", "pqn"), "transpose = true"),
