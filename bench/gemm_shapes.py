@@ -1,7 +1,7 @@
 """Every GEMM shape of a TinyMoE B32 update: Latch's contraction kernel vs torch.matmul
 (cuBLAS), bf16 operands, f32 accumulation.
 
-    .venv/bin/python bench/gemm_shapes.py build [--narrow] # here: needs MLIR
+    .venv/bin/python bench/gemm_shapes.py build [--variant wide|deep]  # here: needs MLIR
     LATCH_COMMIT=$(git rev-parse HEAD) PYTHONPATH=. python bench/gemm_shapes.py run  # GPU
 
 ``build`` writes one artifact per shape (bench/artifacts/gemm/<shape>.latch): a function
@@ -88,16 +88,19 @@ def mlir_text(batch, m, k, n, layout="nn") -> str:
 """
 
 
-def build(only, narrow: bool = False) -> int:
-    """``narrow``: the 128x128 tile everywhere (``<name>-narrow.latch``), to be measured
-    side by side with the default build (the 128x256 tile where the pass takes it)."""
+def build(only, variant: str = "") -> int:
+    """``variant`` "wide": the 128x256 tile where the pass's :func:`wide_tiles` would take
+    it (off by default, see ``WIDE_TILES``); "deep": k-tiles of 64 in three stages
+    (``DEEP_K_TILES``); written as ``<name>-<variant>.latch``, to be measured side by side
+    with the default build."""
     import time
 
     import latch.passes.form_contraction_kernels as fck
     from latch.targets.cuda import compile_update_to_artifact
     os.makedirs(ART, exist_ok=True)
-    fck.WIDE_TILES = not narrow
-    suffix = "-narrow" if narrow else ""
+    fck.WIDE_TILES = variant == "wide"
+    fck.DEEP_K_TILES = variant == "deep"
+    suffix = f"-{variant}" if variant else ""
     for name, shape in SHAPES.items():
         if only and name not in only:
             continue
@@ -146,7 +149,7 @@ def run(only, iters: int) -> int:
         # reads the stored layout as it is)
         ma = a.transpose(-1, -2) if layout == "tn" else a
         mb = b.transpose(-1, -2) if layout == "nt" else b
-        for variant in ("", "-narrow"):
+        for variant in ("", "-wide", "-deep"):
             path = os.path.join(ART, f"{name}{variant}.latch")
             if os.path.exists(path):
                 records += _measure(f"{name}{variant}", path, a, b, ma, mb, flop, timed,
@@ -202,12 +205,13 @@ def main(argv=None) -> int:
     p.add_argument("what", choices=["build", "run"])
     p.add_argument("--only", default="")
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--narrow", action="store_true",
-                   help="build: the 128x128 tile everywhere, as <shape>-narrow.latch (run "
-                        "measures both builds side by side)")
+    p.add_argument("--variant", choices=("wide", "deep"), default="",
+                   help="build: wide (128x256 tiles where the pass would take them) or deep "
+                        "(k-tiles of 64, three stages), as <shape>-<variant>.latch (run "
+                        "measures every build found side by side)")
     args = p.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
-    return build(only, args.narrow) if args.what == "build" else run(only, args.iters)
+    return build(only, args.variant) if args.what == "build" else run(only, args.iters)
 
 
 if __name__ == "__main__":

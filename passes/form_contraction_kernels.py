@@ -753,7 +753,8 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1,
     ``wide``: a 128x256 output tile, each warp 64x64 (twice the products per fragment read
     from shared memory; 128 accumulators per thread, one block per SM), for outputs with
     enough such tiles to fill the GPU (:func:`wide_tiles`)."""
-    BM, BN, BK, THREADS, STAGES = 128, (256 if wide else 128), 32, 256, 4
+    BM, BN, THREADS = 128, (256 if wide else 128), 256
+    BK, STAGES = mma_k_tiling()
     WM, WN = 64, (64 if wide else 32)     # warp tile: 2 x 4 warps
     MT, NT = WM // 16, WN // 8        # mma tiles per warp
     t = _Text()
@@ -1124,7 +1125,8 @@ class FormContractionKernels(ModulePass):
             if make is mma_kernel_text and wide_tiles(con):
                 make = _wide_mma_kernel_text
             text, grid, block, shared = make(con, name)
-            splits = split_factor(grid, -(-con.size("k") // _K_TILE[make]))
+            k_tile = _K_TILE[make] if make is simt_kernel_text else mma_k_tiling()[0]
+            splits = split_factor(grid, -(-con.size("k") // k_tile))
             if splits > 1:
                 text, grid, block, shared = make(con, name, splits)
             elif con.zeroed_by is not None:
@@ -1203,13 +1205,33 @@ def _split_k_workspaces(planned) -> dict:
 
 
 # k-tile depth of each kernel (split-K slices whole k-tiles)
+#: k-tiles of 64 in three stages instead of 32 in four: half the barriers and cp.async
+#: waits per product, the same two blocks per SM (108 KiB of stages each).  Off: measured
+#: on the H200 (bench/results/gemm_shapes-20261130T190940Z.json, bench/gemm_shapes.py build
+#: --variant deep, side by side) it was slower on 7 of the 12 shapes (experts -12%, the LM
+#: head's input gradient -17%; the LM head +9%): the longer fill and drain of a 3-deep
+#: pipeline of 64-wide tiles costs more than the barriers it saves.
+DEEP_K_TILES = False
+
+
+def mma_k_tiling() -> tuple[int, int]:
+    """(k-tile, stages) of the tensor-core kernel."""
+    return (64, 3) if DEEP_K_TILES else (32, 4)
+
+
 def _wide_mma_kernel_text(con: Contraction, name: str, splits: int = 1):
     return mma_kernel_text(con, name, splits, wide=True)
 
 
-#: Use the 128x256 tensor-core tile where :func:`wide_tiles` allows (a switch for
-#: measurements: bench/gemm_shapes.py build --narrow sets it False).
-WIDE_TILES = True
+#: Use the 128x256 tensor-core tile where :func:`wide_tiles` allows.  Off: measured on the
+#: H200 (bench/results/gemm_shapes-20261130T190052Z.json, side by side with the 128x128
+#: tile) it was 5-20% slower on every B32 shape but the LM head (+5%) and B32's update 3.7%
+#: slower (152.0 vs 146.5 ms, tinymoe_bench-20261130T190059Z.json): with 128 accumulators a
+#: thread, one block of 8 warps per SM is too few warps to hide the ldmatrix -> mma.sync
+#: latency, which the 128x128 tile's two blocks per SM do.  Kept (SIMT-tested) for the
+#: warp-specialized pipeline it would need; bench/gemm_shapes.py build --variant wide
+#: measures it.
+WIDE_TILES = False
 
 
 def wide_tiles(con: Contraction) -> bool:
@@ -1224,7 +1246,7 @@ def wide_tiles(con: Contraction) -> bool:
 
 
 _WIDE_MIN_TILES = 528       # _WAVE_BLOCKS (defined below): a few waves of one block per SM
-_K_TILE = {mma_kernel_text: 32, _wide_mma_kernel_text: 32, simt_kernel_text: 16}
+_K_TILE = {simt_kernel_text: 16}       # the tensor-core kernel's: mma_k_tiling()
 _WAVE_BLOCKS = 528         # blocks that fill the H200 a few times over (132 SMs x 4)
 _MAX_SPLITS = 16
 _MIN_TILES_PER_SLICE = 4

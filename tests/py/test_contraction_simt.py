@@ -188,6 +188,7 @@ def wide(monkeypatch):
     """The 128x256 tile for every product with at least 256 columns (the pass takes it
     only when there are enough such tiles to fill the GPU: too large to interpret)."""
     import latch.passes.form_contraction_kernels as fck
+    monkeypatch.setattr(fck, "WIDE_TILES", True)
     monkeypatch.setattr(fck, "_WIDE_MIN_TILES", 1)
 
 
@@ -205,14 +206,30 @@ def test_mma_wide_tile(wide, sizes, a_idx, b_idx):
     assert grid[0] == -(-sizes["n"] // 256) and grid[1] == -(-sizes["m"] // 128)
 
 
+@pytest.mark.parametrize("sizes,a_idx,b_idx", [
+    ({"m": 128, "n": 128, "k": 256}, "mk", "nk"),     # four k-tiles of 64: the ring wraps
+    ({"m": 136, "n": 40, "k": 96}, "mk", "kn"),       # K not a multiple of 64: loaded
+    ({"m": 40, "n": 72, "k": 192}, "km", "kn"),       # A transposed
+])
+def test_mma_deep_k_tiles(monkeypatch, sizes, a_idx, b_idx):
+    """k-tiles of 64 in three stages (``DEEP_K_TILES``)."""
+    import latch.passes.form_contraction_kernels as fck
+    monkeypatch.setattr(fck, "DEEP_K_TILES", True)
+    m = check(sizes, a_idx, b_idx, "mn")
+    assert "memref<3x" in str(m)
+
+
 def test_mma_wide_tile_batched(wide):
     m = check({"b": 2, "m": 40, "n": 256, "k": 64}, "bmk", "bkn", "bmn")
     assert [la[1] for la in _launches(m)] == [(1, 1, 2)]
 
 
-def test_wide_tiles_only_where_they_fill_the_gpu():
-    """B32's products take the wide tile, B2's (48 tiles) and narrow outputs do not."""
+def test_wide_tiles_only_where_they_fill_the_gpu(monkeypatch):
+    """Switched on, B32's products take the wide tile, B2's (48 tiles) and narrow outputs
+    do not; off (the default: measured slower) none does."""
+    import latch.passes.form_contraction_kernels as fck
     from latch.passes.form_contraction_kernels import wide_tiles
+    monkeypatch.setattr(fck, "WIDE_TILES", True)
 
     class C:
         def __init__(self, m, n, b=1):
@@ -222,6 +239,8 @@ def test_wide_tiles_only_where_they_fill_the_gpu():
             return self.s[g]
     assert wide_tiles(C(32768, 2304)) and wide_tiles(C(10240, 1024, 8))
     assert not wide_tiles(C(2048, 768)) and not wide_tiles(C(32768, 128))
+    monkeypatch.setattr(fck, "WIDE_TILES", False)
+    assert not wide_tiles(C(32768, 2304))
 
 
 @pytest.mark.parametrize("sizes,idx,how", [
