@@ -290,10 +290,11 @@ class FlashRoundingMode(TorchFunctionMode):
     to :func:`flash_rounded`, or in mode ``"fused"`` those the kernels cover to
     :func:`fused_attention` (entered by the tracing context only while :func:`current` is
     one of :data:`ROUTED_MODES`: other traces pay nothing per op).  The fused ops are made
-    only inside a Latch trace (a recorder is active).  The body of a scan or repeat is
-    traced on its own under functionalize and ``torch.func`` transforms, which run neither
-    autograd.Function, so it is traced with :func:`current` set to ``"math"``
-    (``structured._trace_body``) and this mode then routes nothing."""
+    only inside a Latch trace (a recorder is active) or a loop body's trace
+    (``structured.in_body``: the importer splits a body holding them like the main graph);
+    a repeat's VJP is then taken with ``torch.autograd.grad``
+    (``structured._vjp_autograd``), since ``torch.func.vjp`` under functionalize cannot
+    run an autograd.Function."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -309,7 +310,7 @@ class FlashRoundingMode(TorchFunctionMode):
                 causal = a.get("is_causal", False)
                 if current() == "fused" and fused_eligible(q, k, v, causal):
                     from latch.frontend import structured
-                    if structured.active() is not None:
+                    if structured.active() is not None or structured.in_body():
                         return fused_attention(q, k, v, causal, a.get("scale"))
                 return flash_rounded(q, k, v, causal, a.get("scale"))
         return func(*args, **kwargs)

@@ -458,6 +458,21 @@ def autograd_joint(loss_fn, num_params: int):
     return joint
 
 
+def _vjp_autograd(call: Call):
+    """:func:`_vjp_of` with ``torch.autograd.grad`` (traced without functionalize)."""
+    P, k = call.num_params, call.num_carries
+
+    def vjp_fn(*flat):
+        xs, gys, extras = flat[:k], flat[k:2 * k], flat[2 * k:]
+        ps, bufs = extras[:P], extras[P:]
+        leaves = [t.detach().requires_grad_(True) for t in (*xs, *ps)]
+        with torch.enable_grad():
+            out = call.flat_fn(*leaves, *bufs)
+            grads = torch.autograd.grad(tuple(out), leaves, tuple(gys), allow_unused=True)
+        return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves))
+    return vjp_fn
+
+
 def _vjp_of(call: Call):
     """``(carries..., carry cotangents..., params..., buffers...) -> (carry gradients...,
     param gradients...)``."""
@@ -545,8 +560,15 @@ def _trace_bodies(rec: Recorder, call: Call) -> None:
                 # to one input
                 k = call.num_carries
                 gys = [torch.zeros_like(x) for x in ex[:k]]
-                call.vjp = _trace_body(_vjp_of(call), [*ex[:k], *gys, *ex[k:]], rec.precision,
-                                       f"latch.repeat #{call.index} (backward)", grad=True)
+                # attention routed to an autograd.Function ("flash", "fused") cannot be
+                # differentiated by torch.func.vjp under functionalize: take that VJP with
+                # torch.autograd.grad, as the main joint trace does
+                from latch.frontend import attention
+                routed = attention.current() in attention.ROUTED_MODES
+                call.vjp = _trace_body(_vjp_autograd(call) if routed else _vjp_of(call),
+                                       [*ex[:k], *gys, *ex[k:]], rec.precision,
+                                       f"latch.repeat #{call.index} (backward)", grad=True,
+                                       functional=not routed)
         # inside _escaped: a body's constants (get_attr) are read as plain tensors
         digest = _digest(call.body) + (_digest(call.vjp) if call.vjp is not None else "")
     call.key = f"{call.base_key}:{hashlib.sha256(digest.encode()).hexdigest()[:16]}"
@@ -592,19 +614,29 @@ def finish(gm, rec: Recorder | None, precision: str) -> None:
     gm.meta[META_KEY] = {c.key: c for c in rec.calls if c.key in used}
 
 
-def _trace_body(fn, args, precision, what, grad=False):
+_IN_BODY = contextvars.ContextVar("latch_in_body", default=False)
+
+
+def in_body() -> bool:
+    """Whether a loop body (or its VJP) is being traced (its fused attention nodes are
+    imported with it: :func:`_import_body`)."""
+    return _IN_BODY.get()
+
+
+def _trace_body(fn, args, precision, what, grad=False, functional=True):
+    """``functional=False``: traced without functionalize (a VJP taken with
+    torch.autograd.grad, :func:`_vjp_autograd`)."""
     from latch.frontend.trace import _make_fx
 
     def flat(*a):
         with contextlib.nullcontext() if grad else torch.no_grad():
             return tuple(fn(*a))
-    f = torch.func.functionalize(flat, remove="mutations")
-    # a body is traced under functionalize (and its VJP under torch.func.vjp), which cannot
-    # run the autograd.Functions of attention="flash"/"fused": its attention calls keep the
-    # math decomposition (scores rounded to bf16 under bf16 autocast)
-    from latch.frontend.attention import attention_rounding
-    with attention_rounding("math"):
+    f = torch.func.functionalize(flat, remove="mutations") if functional else flat
+    token = _IN_BODY.set(True)
+    try:
         return _make_fx(f, args, precision, args, what)
+    finally:
+        _IN_BODY.reset(token)
 
 
 def has_structured(traced) -> bool:
@@ -675,30 +707,48 @@ def _mlir_type(t: torch.Tensor) -> str:
     return mlir_tensor_type(tuple(t.shape), t.dtype)
 
 
+def _plan(gm, func_name: str, what: str, lower, texts: list) -> list:
+    """Split ``gm`` at its structured nodes, import each segment as ``<func_name>__segN``
+    (its text appended to ``texts``); returns the plan with the segments' (name, inputs,
+    outputs)."""
+    plan = _split(gm)
+    segs = 0
+    for i, (kind, item) in enumerate(plan):
+        if kind == "segment":
+            ins, outs, sub = _segment_graph(gm, item)
+            name = f"{func_name}__seg{segs}"
+            texts.append(lower(sub, name, f"{what} (part {segs})"))
+            segs += 1
+            plan[i] = ("segment", (name, ins, outs))
+    return plan
+
+
+def _import_body(gm, name: str, what: str, lower, texts: list, assembled: list) -> None:
+    """A loop body (or its VJP) as the function ``name``: imported whole, or, when it holds
+    fused attention nodes, assembled like the main function from its segments."""
+    if any(_is_attention(n) for n in gm.graph.nodes):
+        assembled.append((gm, _plan(gm, name, what, lower, texts), name))
+    else:
+        texts.append(lower(gm, name, what))
+
+
 def build_latch_module(traced, func_name: str, lower) -> str:
     """Import segments and bodies (``lower(gm, name, what) -> text``) and assemble the main
     function with Latch ops; returns the module text *before* lowering the Latch ops."""
     from mlir import ir
 
     import latch.dialect
-    from latch.dialect import builders as lt
-    from latch.passes.lower_optimizers import create
 
     gm = traced.graph_module
     calls = gm.meta.get(META_KEY, {})       # none when the only structured nodes are attention
-    plan = _split(gm)
-    texts, segs = [], []
-    for i, (kind, item) in enumerate(plan):
-        if kind == "segment":
-            ins, outs, sub = _segment_graph(gm, item)
-            name = f"{func_name}__seg{len(segs)}"
-            texts.append(lower(sub, name, f"{traced.name} (part {len(segs)})"))
-            segs.append((name, ins, outs))
-            plan[i] = ("segment", (name, ins, outs))
+    texts, assembled = [], []
+    plan = _plan(gm, func_name, traced.name, lower, texts)
     for c in calls.values():
-        texts.append(lower(c.body, f"{func_name}__{c.base_key}_body", f"{c.base_key} body"))
+        _import_body(c.body, f"{func_name}__{c.base_key}_body", f"{c.base_key} body", lower,
+                     texts, assembled)
         if c.vjp is not None:
-            texts.append(lower(c.vjp, f"{func_name}__{c.base_key}_vjp", f"{c.base_key} vjp"))
+            _import_body(c.vjp, f"{func_name}__{c.base_key}_vjp", f"{c.base_key} vjp", lower,
+                         texts, assembled)
 
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
@@ -715,51 +765,66 @@ def build_latch_module(traced, func_name: str, lower) -> str:
                 module.body.append(o)
                 ftypes[ir.StringAttr(o.attributes["sym_name"]).value] = ir.FunctionType(
                     ir.TypeAttr(o.attributes["function_type"]).value)
-        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        out_node = next(n for n in gm.graph.nodes if n.op == "output")
-        out_vals = pytree.tree_leaves(out_node.args[0])
-        in_types = [ir.Type.parse(_mlir_type(n.meta["val"])) for n in phs]
-        out_types = [ir.Type.parse(_mlir_type(n.meta["val"])) for n in out_vals]
-        with ir.InsertionPoint(module.body):
-            fn = create("func.func", [], [], {
-                "sym_name": ir.StringAttr.get(func_name),
-                "function_type": ir.TypeAttr.get(ir.FunctionType.get(in_types, out_types))},
-                regions=1)
-        entry = fn.regions[0].blocks.append(*in_types)
-        env = dict(zip(phs, entry.arguments))
-
-        def bind(node, results):
-            for u in node.users:
-                env[u] = results[u.args[1]]
-
-        def fcall(name, args):
-            return list(create("func.call", args, list(ftypes[name].results),
-                               {"callee": ir.FlatSymbolRefAttr.get(name)}).results)
-
-        with ir.InsertionPoint(entry):
-            for kind, item in plan:
-                if kind == "segment":
-                    name, ins, outs = item
-                    for o, v in zip(outs, fcall(name, [env[a] for a in ins])):
-                        env[o] = v
-                    continue
-                node = item
-                if _is_attention(node):         # no Call: its operands are its arguments
-                    bind(node, _emit_attention(lt, node, env))
-                    continue
-                c = calls[node.args[1]]
-                args = [env[a] for a in node.args[0]]
-                op = node.target._schema.name
-                if op == "latch::scan":
-                    bind(node, _emit_scan(lt, c, args, ftypes, func_name))
-                elif op == "latch::repeat":
-                    stacked = any(u.args[1] >= c.num_carries and u.users
-                                  for u in node.users)
-                    bind(node, _emit_repeat(lt, c, args, ftypes, func_name, stacked))
-                else:
-                    bind(node, _emit_repeat_bwd(lt, c, args, ftypes, func_name))
-            create("func.return", [env[v] for v in out_vals])
+        for body_gm, body_plan, name in assembled:      # bodies first: the main calls them
+            fn = _assemble(module, body_gm, body_plan, name, ftypes, {}, func_name)
+            fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+            ftypes[name] = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        _assemble(module, gm, plan, func_name, ftypes, calls, func_name)
         return module.operation.get_asm(print_generic_op_form=True)
+
+
+def _assemble(module, gm, plan, name: str, ftypes: dict, calls: dict, func_name: str):
+    """Append the function ``name`` for graph ``gm``: calls of its segments and a Latch op
+    for each structured node (loops: ``calls``' records; attention: the node itself)."""
+    from mlir import ir
+
+    from latch.dialect import builders as lt
+    from latch.passes.lower_optimizers import create
+
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    out_vals = pytree.tree_leaves(out_node.args[0])
+    in_types = [ir.Type.parse(_mlir_type(n.meta["val"])) for n in phs]
+    out_types = [ir.Type.parse(_mlir_type(n.meta["val"])) for n in out_vals]
+    with ir.InsertionPoint(module.body):
+        fn = create("func.func", [], [], {
+            "sym_name": ir.StringAttr.get(name),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get(in_types, out_types))},
+            regions=1)
+    entry = fn.regions[0].blocks.append(*in_types)
+    env = dict(zip(phs, entry.arguments))
+
+    def bind(node, results):
+        for u in node.users:
+            env[u] = results[u.args[1]]
+
+    def fcall(callee, args):
+        return list(create("func.call", args, list(ftypes[callee].results),
+                           {"callee": ir.FlatSymbolRefAttr.get(callee)}).results)
+
+    with ir.InsertionPoint(entry):
+        for kind, item in plan:
+            if kind == "segment":
+                seg, ins, outs = item
+                for o, v in zip(outs, fcall(seg, [env[a] for a in ins])):
+                    env[o] = v
+                continue
+            node = item
+            if _is_attention(node):         # no Call: its operands are its arguments
+                bind(node, _emit_attention(lt, node, env))
+                continue
+            c = calls[node.args[1]]
+            args = [env[a] for a in node.args[0]]
+            op = node.target._schema.name
+            if op == "latch::scan":
+                bind(node, _emit_scan(lt, c, args, ftypes, func_name))
+            elif op == "latch::repeat":
+                stacked = any(u.args[1] >= c.num_carries and u.users for u in node.users)
+                bind(node, _emit_repeat(lt, c, args, ftypes, func_name, stacked))
+            else:
+                bind(node, _emit_repeat_bwd(lt, c, args, ftypes, func_name))
+        create("func.return", [env[v] for v in out_vals])
+    return fn
 
 
 def _emit_attention(lt, node, env):

@@ -89,3 +89,52 @@ def test_fused_update_matches_float64_like_the_decomposed_one(tmp_path, monkeypa
     assert fused[1] < flash[1]                             # fewer launches
     assert "x128x128x" not in fused[2] and "x128x128x" in flash[2]    # no score buffers
     assert fused[2].count("@attention_dkdv") == 2          # module symbol + its launch
+
+
+class Residual(nn.Module):
+    """``h + attention(h)``: the block a ``latch.repeat`` applies."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = CausalSelfAttention()
+
+    def forward(self, h):
+        B, T, d = h.shape
+        m = self.attn
+        q, k, v = m.qkv(h).view(B, T, 3, m.heads, d // m.heads).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return h + m.out(o.transpose(1, 2).reshape(B, T, d)).float()
+
+
+class LoopedAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block, self.last = Residual(), CausalSelfAttention()
+
+    def forward(self, x, y):
+        import latch
+        return self.last(latch.repeat(self.block, x, 2), y)
+
+
+def test_fused_attention_inside_a_repeat(tmp_path, monkeypatch):
+    """The repeated block's attention is fused too (its VJP taken with torch.autograd.grad;
+    the GPU unrolls the loop: three dK/dV kernels), and the whole update is as close to
+    float64 as the decomposed program's."""
+    torch.manual_seed(0)
+    model = LoopedAttention()
+    x, y = torch.randn(2, 128, 32), torch.randn(2, 128, 32)
+    ref = LoopedAttention().double()
+    ref.load_state_dict(model.state_dict())
+    ref(x.double(), y.double()).backward()
+    got = {}
+    for attention in ("flash", "fused"):
+        (tmp_path / attention).mkdir()
+        new, _, launches, text = _update(model, x, y, attention, tmp_path / attention,
+                                         monkeypatch)
+        errs = {name: float(((p.detach() - p_new) - p.grad).norm() / p.grad.norm())
+                for (name, p), p_new in zip(ref.named_parameters(), new)}
+        got[attention] = (errs, launches, text)
+    assert got["fused"][2].count("@attention_dkdv") == 2 * 3     # module symbols + launches
+    assert got["fused"][1] < got["flash"][1]
+    for name, err in got["fused"][0].items():
+        assert err <= 1.25 * got["flash"][0][name] + 2e-3, (name, err, got["flash"][0][name])
