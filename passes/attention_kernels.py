@@ -34,7 +34,8 @@ import dataclasses
 import math
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.base import ModulePass, function_definitions, operation as _op, \
+    symbol_names
 from latch.passes.form_contraction_kernels import _WG, _bytes, _ldmatrix, _Text
 
 BLOCK = 64            # query (or key) rows per block and per tile
@@ -549,8 +550,7 @@ class FormAttentionKernels(ModulePass):
         if not found:
             return
         module.attributes["gpu.container_module"] = ir.UnitAttr.get()
-        taken = {ir.StringAttr(_op(o).attributes["sym_name"]).value
-                 for o in top.operations if "sym_name" in _op(o).attributes}
+        taken = symbol_names(module)
         counter = 0
         index = ir.IndexType.get()
         i32 = ir.IntegerType.get_signless(32)

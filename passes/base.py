@@ -43,6 +43,15 @@ def function_definitions(module):
             yield op
 
 
+def symbol_names(module) -> set:
+    """The ``sym_name``s of ``module``'s top-level ops (to pick names not yet taken)."""
+    from mlir import ir
+
+    return {ir.StringAttr(operation(o).attributes["sym_name"]).value
+            for o in module.regions[0].blocks[0].operations
+            if "sym_name" in operation(o).attributes}
+
+
 def operation(o):
     """The ``Operation`` of an op view (or the operation itself): Python wrappers of one op
     are not identical objects, their ``.operation`` compares and exposes the generic API."""

@@ -55,7 +55,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.base import ModulePass, function_definitions, operation as _op, \
+    symbol_names
 from latch.passes.buffer_views import VIEW_OPS, last_writer, root, users
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
@@ -1106,8 +1107,7 @@ class FormContractionKernels(ModulePass):
         if not found:
             return
         module.attributes["gpu.container_module"] = ir.UnitAttr.get()
-        taken = {ir.StringAttr(_op(o).attributes["sym_name"]).value
-                 for o in top.operations if "sym_name" in _op(o).attributes}
+        taken = symbol_names(module)
         counter = 0
         planned = []
         for con in found:

@@ -243,16 +243,23 @@ def fused_attention(q, k, v, is_causal: bool = False, scale: float | None = None
     """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)`` under bf16
     autocast as the fused ops (:class:`FusedAttention`); the caller checked
     :func:`fused_eligible`."""
+    return _apply(FusedAttention, "fused attention", q, k, v, is_causal, scale)
+
+
+def _apply(function, what: str, q, k, v, is_causal: bool, scale: float | None):
+    """``function`` (an autograd.Function over bf16 q, k, v) applied as a trace needs it:
+    a functorch joint trace is restarted with torch.autograd.grad (NeedsAutogradJoint), a
+    call autograd does not record runs the forward directly; returns the output."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     from latch.frontend import structured
     rec = structured.active()
     if rec is not None and rec.mode == "joint":
-        raise structured.NeedsAutogradJoint("fused attention in a functorch joint trace")
+        raise structured.NeedsAutogradJoint(f"{what} in a functorch joint trace")
     q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
     if not _differentiated(q, k, v):
-        return FusedAttention.forward(q, k, v, bool(is_causal), float(scale))[0]
-    return FusedAttention.apply(q, k, v, bool(is_causal), float(scale))[0]
+        return function.forward(q, k, v, bool(is_causal), float(scale))[0]
+    return function.apply(q, k, v, bool(is_causal), float(scale))[0]
 
 
 def _differentiated(*tensors) -> bool:
@@ -273,16 +280,7 @@ def _sdpa_arguments(args, kwargs):
 def flash_rounded(q, k, v, is_causal: bool = False, scale: float | None = None):
     """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)`` under bf16
     autocast, rounded as the flash kernels round it."""
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    from latch.frontend import structured
-    rec = structured.active()
-    if rec is not None and rec.mode == "joint":
-        raise structured.NeedsAutogradJoint("flash-rounded attention in a functorch joint trace")
-    q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
-    if not _differentiated(q, k, v):
-        return FlashRoundedAttention.forward(q, k, v, bool(is_causal), float(scale))[0]
-    return FlashRoundedAttention.apply(q, k, v, bool(is_causal), float(scale))[0]
+    return _apply(FlashRoundedAttention, "flash-rounded attention", q, k, v, is_causal, scale)
 
 
 class FlashRoundingMode(TorchFunctionMode):
