@@ -569,6 +569,12 @@ class CudaProgramHandle(CudaArtifactHandle):
                          f"{mem['planned_arena_bytes']:,} B)")
         lines.append(f"kernels per update: {len(m['launches'])} launches of "
                      f"{len(m['modules'])} kernel modules, {len(m['copies'])} state copies")
+        fused = [la["kernel"] for la in m["launches"]
+                 if la["module"].startswith("latch_attention")]
+        if fused:
+            forward = fused.count("attention")
+            lines.append(f"attention: fused flash-style kernels, {forward} forward and "
+                         f"{len(fused) - forward} backward launches")
         for i, v in enumerate(m.get("variants", [])):
             cond = ", ".join(f"(state {w['state']} + {w['offset']}) % {w['period']} "
                              f"{'==' if w['value'] else '!='} 0" for w in v["when"])

@@ -38,7 +38,8 @@ class CausalSelfAttention(nn.Module):
 
 
 def _update(model, x, y, attention, dump, monkeypatch):
-    """(parameters after one SGD(1.0) update, loss, launch count, module text) interpreted."""
+    """(parameters after one SGD(1.0) update, loss, launch count, module text, report)
+    interpreted."""
     from mlir import ir
 
     import latch
@@ -50,6 +51,7 @@ def _update(model, x, y, attention, dump, monkeypatch):
     prog = latch.compile(model, latch.optim.SGD(1.0), (x, y), target="cuda", precision="bf16",
                          attention=attention)
     launches = len(prog.manifest["launches"])
+    assert ("attention: fused flash-style kernels" in prog.report()) == (attention == "fused")
     ctx = ir.Context()
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
@@ -60,7 +62,7 @@ def _update(model, x, y, attention, dump, monkeypatch):
         res = Simt(m).run(params + [np.array(0, np.int64), x.double().numpy(),
                                     y.double().numpy()], func="update")
     new = [torch.as_tensor(np.asarray(r, np.float64)) for r in res[:len(params)]]
-    return new, float(np.asarray(res[-1])), launches, text
+    return new, float(np.asarray(res[-1])), launches, text, prog.report()
 
 
 def test_fused_update_matches_float64_like_the_decomposed_one(tmp_path, monkeypatch):
@@ -74,14 +76,14 @@ def test_fused_update_matches_float64_like_the_decomposed_one(tmp_path, monkeypa
     got = {}
     for attention in ("flash", "fused"):
         (tmp_path / attention).mkdir()
-        new, got_loss, launches, text = _update(model, x, y, attention, tmp_path / attention,
-                                                monkeypatch)
+        new, got_loss, launches, text, report = _update(model, x, y, attention,
+                                                        tmp_path / attention, monkeypatch)
         assert abs(got_loss - float(loss)) < 1e-3 * float(loss)
         errs = {}
         for (name, p), p_new in zip(ref.named_parameters(), new):
             g = p.detach() - p_new
             errs[name] = float((g - p.grad).norm() / p.grad.norm())
-        got[attention] = (errs, launches, text)
+        got[attention] = (errs, launches, text, report)
     flash, fused = got["flash"], got["fused"]
     for name, err in fused[0].items():
         assert err < 0.1, (name, err)
@@ -89,6 +91,7 @@ def test_fused_update_matches_float64_like_the_decomposed_one(tmp_path, monkeypa
     assert fused[1] < flash[1]                             # fewer launches
     assert "x128x128x" not in fused[2] and "x128x128x" in flash[2]    # no score buffers
     assert fused[2].count("@attention_dkdv") == 2          # module symbol + its launch
+    assert "1 forward and 2 backward launches" in got["fused"][3]
 
 
 class Residual(nn.Module):
@@ -129,8 +132,8 @@ def test_fused_attention_inside_a_repeat(tmp_path, monkeypatch):
     got = {}
     for attention in ("flash", "fused"):
         (tmp_path / attention).mkdir()
-        new, _, launches, text = _update(model, x, y, attention, tmp_path / attention,
-                                         monkeypatch)
+        new, _, launches, text, _ = _update(model, x, y, attention, tmp_path / attention,
+                                            monkeypatch)
         errs = {name: float(((p.detach() - p_new) - p.grad).norm() / p.grad.norm())
                 for (name, p), p_new in zip(ref.named_parameters(), new)}
         got[attention] = (errs, launches, text)
