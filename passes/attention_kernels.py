@@ -34,8 +34,9 @@ import dataclasses
 import math
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, function_definitions, operation as _op, \
-    symbol_names
+from latch.dialect.opdef import attr_value
+from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
+    operation as _op, symbol_names
 from latch.passes.form_contraction_kernels import _WG, _bytes, _ldmatrix, _Text
 
 BLOCK = 64            # query (or key) rows per block and per tile
@@ -492,10 +493,8 @@ def _shape_of(op) -> Shape:
             raise PassError(f"latch-form-attention-kernels: '{op.name}' needs static, "
                             f"contiguous (identity layout) buffers; got {t}", op.location)
     shape = Shape(n=math.prod(qs[:-2]), L=qs[-2], S=ks[-2], E=qs[-1],
-                  causal=bool(ir.BoolAttr(op.attributes["causal"]).value)
-                  if isinstance(op.attributes["causal"], ir.BoolAttr)
-                  else bool(ir.IntegerAttr(op.attributes["causal"]).value),
-                  scale=ir.FloatAttr(op.attributes["scale"]).value)
+                  causal=attr_value(op.attributes["causal"]),
+                  scale=attr_value(op.attributes["scale"]))
     shape.check(op.location)
     return shape
 
@@ -551,7 +550,6 @@ class FormAttentionKernels(ModulePass):
             return
         module.attributes["gpu.container_module"] = ir.UnitAttr.get()
         taken = symbol_names(module)
-        counter = 0
         index = ir.IndexType.get()
         i32 = ir.IntegerType.get_signless(32)
         for op in found:
@@ -567,10 +565,7 @@ class FormAttentionKernels(ModulePass):
                     launches = [[q, k, v, lse, do, delta, dq],
                                 [q, k, v, lse, do, delta, dk, dv]]
                 for make, args in zip(kernels, launches):
-                    while f"latch_attention_{counter}" in taken:
-                        counter += 1
-                    name = f"latch_attention_{counter}"
-                    taken.add(name)
+                    name = fresh_symbol("latch_attention_", taken)
                     text, grid, block, shared = make(shape, name)
                     parsed = ir.Module.parse(text)      # kept alive until detached
                     kernel_module = _op(parsed.body.operations[0])

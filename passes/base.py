@@ -52,6 +52,15 @@ def symbol_names(module) -> set:
             if "sym_name" in operation(o).attributes}
 
 
+def fresh_symbol(prefix: str, taken: set) -> str:
+    """The first ``<prefix>N`` (N = 0, 1, ...) not in ``taken``; added to it."""
+    n = 0
+    while f"{prefix}{n}" in taken:
+        n += 1
+    taken.add(f"{prefix}{n}")
+    return f"{prefix}{n}"
+
+
 def operation(o):
     """The ``Operation`` of an op view (or the operation itself): Python wrappers of one op
     are not identical objects, their ``.operation`` compares and exposes the generic API."""

@@ -55,8 +55,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions, operation as _op, \
-    symbol_names
+from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
+    operation as _op, symbol_names
 from latch.passes.buffer_views import VIEW_OPS, last_writer, root, users
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
@@ -1108,7 +1108,6 @@ class FormContractionKernels(ModulePass):
             return
         module.attributes["gpu.container_module"] = ir.UnitAttr.get()
         taken = symbol_names(module)
-        counter = 0
         planned = []
         for con in found:
             scatter = match_one_hot_scatter(con) if self.scatter else None
@@ -1117,10 +1116,7 @@ class FormContractionKernels(ModulePass):
                 con.op.erase()
                 erase_dead_mask_writer(scatter)
                 continue
-            while f"latch_contract_{counter}" in taken:
-                counter += 1
-            name = f"latch_contract_{counter}"
-            taken.add(name)
+            name = fresh_symbol("latch_contract_", taken)
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
             if make is mma_kernel_text and wide_tiles(con):
                 make = _wide_mma_kernel_text

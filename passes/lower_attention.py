@@ -29,7 +29,8 @@ Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-lower-attentio
 """
 from __future__ import annotations
 
-from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.base import ModulePass, fresh_symbol, operation as _op, symbol_names
+from latch.passes.lower_optimizers import collect
 
 OPS = ("latch.attention", "latch.attention_grad")
 
@@ -38,14 +39,9 @@ DECLARATION = "__latch_attention_"     # the call form's callees: @__latch_atten
 _ATTRS = ("causal", "scale")
 
 
-def _ops(op, names=OPS):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                if inner.name in names and len(inner.results):
-                    yield inner
-                yield from _ops(inner, names)
+def _tensor_form(module) -> list:
+    """The attention ops in tensor form (with results), anywhere in ``module``."""
+    return [op for op in collect(module, OPS) if len(op.results)]
 
 
 def _declarations(module) -> dict:
@@ -69,31 +65,26 @@ class AttentionToCalls(ModulePass):
         from mlir import ir
 
         top = module.regions[0].blocks[0]
-        taken = set(_declarations(module))
-        counter = 0
-        for func_op in list(function_definitions(module)):
-            for op in list(_ops(func_op)):
-                while f"{DECLARATION}{counter}" in taken:
-                    counter += 1
-                name = f"{DECLARATION}{counter}"
-                taken.add(name)
-                ftype = ir.FunctionType.get([v.type for v in op.operands],
-                                            [r.type for r in op.results])
-                attrs = {"sym_name": ir.StringAttr.get(name),
-                         "function_type": ir.TypeAttr.get(ftype),
-                         "sym_visibility": ir.StringAttr.get("private"),
-                         "latch.op": ir.StringAttr.get(op.name)}
-                attrs.update({n: op.attributes[n] for n in _ATTRS})
-                with ir.InsertionPoint(top), op.location:
-                    ir.Operation.create("func.func", attributes=attrs, regions=1)
-                with ir.InsertionPoint(op), op.location:
-                    call = ir.Operation.create(
-                        "func.call", results=[r.type for r in op.results],
-                        operands=list(op.operands),
-                        attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-                for r, new in zip(op.results, call.results):
-                    r.replace_all_uses_with(new)
-                op.erase()
+        taken = symbol_names(module)
+        for op in _tensor_form(module):
+            name = fresh_symbol(DECLARATION, taken)
+            ftype = ir.FunctionType.get([v.type for v in op.operands],
+                                        [r.type for r in op.results])
+            attrs = {"sym_name": ir.StringAttr.get(name),
+                     "function_type": ir.TypeAttr.get(ftype),
+                     "sym_visibility": ir.StringAttr.get("private"),
+                     "latch.op": ir.StringAttr.get(op.name)}
+            attrs.update({n: op.attributes[n] for n in _ATTRS})
+            with ir.InsertionPoint(top), op.location:
+                ir.Operation.create("func.func", attributes=attrs, regions=1)
+            with ir.InsertionPoint(op), op.location:
+                call = ir.Operation.create(
+                    "func.call", results=[r.type for r in op.results],
+                    operands=list(op.operands),
+                    attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
+            for r, new in zip(op.results, call.results):
+                r.replace_all_uses_with(new)
+            op.erase()
 
 
 class LowerAttention(ModulePass):
@@ -105,14 +96,13 @@ class LowerAttention(ModulePass):
         from mlir import ir
 
         decls = _declarations(module)
-        for func_op in function_definitions(module):
-            for op in list(_ops(func_op)):
-                _lower(op, op.name, {n: op.attributes[n] for n in _ATTRS})
-            for call in list(_ops(func_op, ("func.call",))):
-                decl = decls.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
-                if decl is not None:
-                    _lower(call, ir.StringAttr(decl.attributes["latch.op"]).value,
-                           {n: decl.attributes[n] for n in _ATTRS})
+        for op in _tensor_form(module):
+            _lower(op, op.name, {n: op.attributes[n] for n in _ATTRS})
+        for call in collect(module, ("func.call",)):
+            decl = decls.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
+            if decl is not None:
+                _lower(call, ir.StringAttr(decl.attributes["latch.op"]).value,
+                       {n: decl.attributes[n] for n in _ATTRS})
         for decl in decls.values():          # every call of them is gone
             decl.erase()
 
