@@ -1,7 +1,7 @@
 """Every GEMM shape of a TinyMoE B32 update: Latch's contraction kernel vs torch.matmul
 (cuBLAS), bf16 operands, f32 accumulation.
 
-    .venv/bin/python bench/gemm_shapes.py build [--variant wide|deep]  # here: needs MLIR
+    .venv/bin/python bench/gemm_shapes.py build [--variant V]   # here: needs MLIR
     LATCH_COMMIT=$(git rev-parse HEAD) PYTHONPATH=. python bench/gemm_shapes.py run  # GPU
 
 ``build`` writes one artifact per shape (bench/artifacts/gemm/<shape>.latch): a function
@@ -88,28 +88,37 @@ def mlir_text(batch, m, k, n, layout="nn") -> str:
 """
 
 
+#: build variants, measured side by side with the default build (each written as
+#: <shape>-<variant>.latch): "mmasync" — the sm_90 mma.sync kernel the wgmma one replaced;
+#: "wide" / "deep" — that kernel's 128x256 tile and 64-deep k-tiles (measured, left off);
+#: "n128", "n256", "s3", "n256s3" — the wgmma kernel with 128x128 / 128x256 tiles
+#: everywhere (by default contraction_wgmma.n_tile chooses) and/or three stages
+VARIANTS = ("mmasync", "wide", "deep", "n128", "n256", "s3", "n256s3")
+
+
 def build(only, variant: str = "") -> int:
-    """``variant`` "wide": the 128x256 tile where the pass's :func:`wide_tiles` would take
-    it (off by default, see ``WIDE_TILES``); "deep": k-tiles of 64 in three stages
-    (``DEEP_K_TILES``); written as ``<name>-<variant>.latch``, to be measured side by side
-    with the default build."""
+    """Compile every shape (the default build, or ``variant``, see ``VARIANTS``)."""
     import time
 
+    import latch.passes.contraction_wgmma as wg
     import latch.passes.form_contraction_kernels as fck
-    from latch.targets.cuda import compile_update_to_artifact
+    from latch.targets.cuda import DEFAULT_CHIP, compile_update_to_artifact
     os.makedirs(ART, exist_ok=True)
     fck.WIDE_TILES = variant == "wide"
     fck.DEEP_K_TILES = variant == "deep"
+    chip = "sm_90" if variant in ("mmasync", "wide", "deep") else DEFAULT_CHIP
+    wg.BN = 256 if variant.startswith("n256") else 128 if variant == "n128" else wg.BN
+    wg.STAGES = 3 if variant.endswith("s3") else wg.STAGES
     suffix = f"-{variant}" if variant else ""
     for name, shape in SHAPES.items():
         if only and name not in only:
             continue
         t0 = time.perf_counter()
         m = compile_update_to_artifact(mlir_text(*shape),
-                                       os.path.join(ART, f"{name}{suffix}.latch"))
+                                       os.path.join(ART, f"{name}{suffix}.latch"), chip=chip)
         kinds = [la["module"] for la in m["launches"]]
-        print(f"{name}: {len(kinds)} launches {kinds}, {time.perf_counter() - t0:.1f} s",
-              flush=True)
+        print(f"{name}{suffix}: {len(kinds)} launches {kinds}, "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
     return 0
 
 
@@ -149,7 +158,7 @@ def run(only, iters: int) -> int:
         # reads the stored layout as it is)
         ma = a.transpose(-1, -2) if layout == "tn" else a
         mb = b.transpose(-1, -2) if layout == "nt" else b
-        for variant in ("", "-wide", "-deep"):
+        for variant in [""] + [f"-{v}" for v in VARIANTS]:
             path = os.path.join(ART, f"{name}{variant}.latch")
             if os.path.exists(path):
                 records += _measure(f"{name}{variant}", path, a, b, ma, mb, flop, timed,
@@ -205,9 +214,8 @@ def main(argv=None) -> int:
     p.add_argument("what", choices=["build", "run"])
     p.add_argument("--only", default="")
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--variant", choices=("wide", "deep"), default="",
-                   help="build: wide (128x256 tiles where the pass would take them) or deep "
-                        "(k-tiles of 64, three stages), as <shape>-<variant>.latch (run "
+    p.add_argument("--variant", choices=VARIANTS, default="",
+                   help="build: a variant (see VARIANTS) as <shape>-<variant>.latch (run "
                         "measures every build found side by side)")
     args = p.parse_args(argv)
     only = [x for x in args.only.split(",") if x]

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     prog.step(state, *inputs)
     torch.cuda.synchronize()
     with zipfile.ZipFile(args.artifact) as z:
-        ptx_has_mma = {m: b"mma.sync" in z.read(path)
+        ptx_has_mma = {m: b"mma.sync" in z.read(path) or b"wgmma.mma_async" in z.read(path)
                        for m, path in prog.manifest["modules"].items()}
     launches = prog.launches
     per = [[] for _ in launches]

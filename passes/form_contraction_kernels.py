@@ -43,7 +43,13 @@ dimension) are left to ``latch-form-kernels``, and so are those a tile would mos
 at most 16 outputs per batch entry (a batch of dot products: row reductions, a warp each)
 or at most 8 terms per sum (a weighted sum: a loop per output element).
 
+On ``chip=sm_90a`` (Hopper's architecture-specific instructions) a bf16 contraction whose
+factors are both staged by 16-byte copies takes the ``wgmma`` kernel instead
+(``passes/contraction_wgmma.py``: two warpgroups, 128 x 128 tiles, k-tiles of 64 in
+128-byte swizzled shared memory read through wgmma descriptors).
+
 Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16),
+``chip`` (default sm_90; sm_90a: wgmma kernels),
 ``scatter`` (bool, default true: one-hot products as scatter kernels; false keeps them
 deterministic contractions).
 
@@ -642,10 +648,12 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells, pairs: bool = False) -> 
     split-K: W[slice, batch, row, col] = value, the workspace of partial sums).  ``pairs``:
     consecutive cells come in pairs (row, col), (row, col + 1) with col even (the mma
     accumulator fragments); a bf16 output whose columns are its contiguous dimension then
-    takes each pair as one 4-byte store."""
+    takes each pair as one 4-byte store, an f32 output (or the split-K workspace) one
+    8-byte store (and load, when the sums are added to it)."""
     con = k.con
     m, n = con.size("m"), con.size("n")
-    paired = pairs and k.overwrite and con.narrowed_by is not None and _pairable(con)
+    f32_out = con.narrowed_by is None
+    paired = pairs and (k.overwrite or k.splits > 1 or f32_out) and _pairable(con)
     for i, (row, col, value) in enumerate(cells):
         if paired and i % 2:
             continue                   # stored with its even neighbour
@@ -663,9 +671,22 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells, pairs: bool = False) -> 
         dims.update(k.split("m", row))
         dims.update(k.split("n", col))
         idx = k.indices(-1, dims)
-        if k.splits > 1:
+        if k.splits > 1 and paired:    # two f32 partial sums, one 8-byte store
+            w_type = workspace_type(con, k.splits)
+            both = t.emit(f"vector.from_elements {value}, {cells[i + 1][2]} : vector<2xf32>")
+            t.line(f"vector.store {both}, %C[{k.slice}, {idx}] {{alignment = 8}} : "
+                   f"{w_type}, vector<2xf32>")
+        elif k.splits > 1:
             w_type = workspace_type(con, k.splits)
             t.line(f"memref.store {value}, %C[{k.slice}, {idx}] : {w_type}")
+        elif paired and f32_out:       # two f32 sums, one 8-byte store (and load)
+            both = t.emit(f"vector.from_elements {value}, {cells[i + 1][2]} : vector<2xf32>")
+            if not k.overwrite:
+                old = t.emit(f"vector.load %C[{idx}] {{alignment = 8}} : {con.c.type}, "
+                             "vector<2xf32>")
+                both = t.emit(f"arith.addf {old}, {both} : vector<2xf32>")
+            t.line(f"vector.store {both}, %C[{idx}] {{alignment = 8}} : "
+                   f"{con.c.type}, vector<2xf32>")
         elif paired:                   # two neighbours rounded to bf16, one store
             lo = t.emit(f"arith.truncf {value} : f32 to bf16")
             hi = t.emit(f"arith.truncf {cells[i + 1][2]} : f32 to bf16")
@@ -686,9 +707,10 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells, pairs: bool = False) -> 
 
 
 def _pairable(con: Contraction) -> bool:
-    """Whether output columns col, col + 1 (col even) are adjacent elements, 4-byte
-    aligned in a bf16 output: its last index is the last n loop, of even size (every
-    other index then moves by a multiple of it), in an identity layout."""
+    """Whether output columns col, col + 1 (col even) are adjacent elements, aligned for
+    one store of both (4 bytes in a bf16 output, 8 in an f32 one): its last index is the
+    last n loop, of even size (every other index then moves by a multiple of it), in an
+    identity layout."""
     from mlir import ir
 
     ns = con.groups["n"]
@@ -1092,6 +1114,7 @@ class FormContractionKernels(ModulePass):
 
     mma: bool = True
     scatter: bool = True
+    chip: str = "sm_90"
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -1118,10 +1141,15 @@ class FormContractionKernels(ModulePass):
                 continue
             name = fresh_symbol("latch_contract_", taken)
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
+            k_tile = _K_TILE[simt_kernel_text] if make is simt_kernel_text else \
+                mma_k_tiling()[0]
+            if make is mma_kernel_text and self.chip == "sm_90a":
+                from latch.passes import contraction_wgmma as wg
+                if wg.wgmma_applies(con):
+                    make, k_tile = wg.wgmma_kernel_text, wg.BK
             if make is mma_kernel_text and wide_tiles(con):
                 make = _wide_mma_kernel_text
             text, grid, block, shared = make(con, name)
-            k_tile = _K_TILE[make] if make is simt_kernel_text else mma_k_tiling()[0]
             splits = split_factor(grid, -(-con.size("k") // k_tile))
             if splits > 1:
                 text, grid, block, shared = make(con, name, splits)
@@ -1242,7 +1270,7 @@ def wide_tiles(con: Contraction) -> bool:
 
 
 _WIDE_MIN_TILES = 528       # _WAVE_BLOCKS (defined below): a few waves of one block per SM
-_K_TILE = {simt_kernel_text: 16}       # the tensor-core kernel's: mma_k_tiling()
+_K_TILE = {simt_kernel_text: 16}       # the mma.sync kernel's: mma_k_tiling()
 _WAVE_BLOCKS = 528         # blocks that fill the H200 a few times over (132 SMs x 4)
 _MAX_SPLITS = 16
 _MIN_TILES_PER_SLICE = 4

@@ -27,7 +27,7 @@ class NamedPipeline:
         return [e.format(**values) for e in self.elements]
 
 
-_GPU_DEFAULTS = (("chip", "sm_90"), ("features", "+ptx80"), ("block", "32,8"))
+_GPU_DEFAULTS = (("chip", "sm_90a"), ("features", "+ptx80"), ("block", "32,8"))
 _FORM_DEFAULTS = _GPU_DEFAULTS + (("mma", "true"),)
 
 PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
@@ -65,7 +65,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "linalg op become outlined gpu.func kernels, and the host keeps only the launch "
         "schedule",
         ("latch-form-attention-kernels", "latch-wrap-host-compute",
-         "latch-form-contraction-kernels{{mma={mma}}}",
+         "latch-form-contraction-kernels{{mma={mma} chip={chip}}}",
          "func.func(convert-linalg-to-parallel-loops)", "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
          "func.func(gpu-map-parallel-loops)", "func.func(convert-parallel-loops-to-gpu)",

@@ -644,6 +644,10 @@ def open_device(manifest: dict, files: dict[str, bytes], device: int | None):
     chip = manifest.get("target", {}).get("chip", "")
     if chip and _sm(chip) > _sm(dev.chip):
         raise LatchError(f"the artifact was compiled for {chip}; {dev.name} is {dev.chip}")
+    if chip.endswith("a") and _sm(chip) != _sm(dev.chip):
+        raise LatchError(f"the artifact was compiled for {chip} (architecture-specific: "
+                         f"wgmma), which runs only on that architecture; {dev.name} is "
+                         f"{dev.chip}: recompile with chip='sm_{_sm(dev.chip)}'")
     modules = {}
     for name, path in sorted(manifest["modules"].items()):
         if path not in files:

@@ -25,6 +25,9 @@ from latch.errors import LatchError, PipelineError
 
 MANIFEST_KIND = "cuda-update"
 MANIFEST_VERSION = 1
+#: the H200's architecture-specific target: plain sm_90 plus wgmma (the contraction
+#: kernels use it, passes/contraction_wgmma.py); its PTX runs on compute capability 9.0 only
+DEFAULT_CHIP = "sm_90a"
 
 
 def kernels_to_ptx_pipeline(chip: str, features: str, opt_level: int = 3) -> str:
@@ -191,7 +194,7 @@ def _ptx_of_binaries(module) -> dict[str, str]:
     return out
 
 
-def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_90",
+def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAULT_CHIP,
                           features: str = "+ptx80", block: str = "32,8",
                           opt_level: int = 3,
                           times: dict | None = None) -> tuple[dict, dict[str, str], str]:
@@ -227,7 +230,7 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = "sm_9
         found = []
     buffer_bytes = _entry_attr(module, entries[0], "latch.buffer_bytes")
     timed("latch-form-kernels", _run, module,
-          f"builtin.module(latch-form-kernels{{block={block}}})", "latch-form-kernels")
+          f"builtin.module(latch-form-kernels{{block={block} chip={chip}}})", "latch-form-kernels")
     kernels_ir = str(module)
     schedules = [timed("schedule", extract_launch_schedule, module.operation, e)
                  for e in entries]
@@ -365,7 +368,7 @@ def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
         **({"variants": schedule["variants"]} if schedule.get("variants") else {}),
         build={"block": block, "opt_level": opt_level,
                "stages": ["latch-lower-rules", "latch-specialize-every", "latch-bufferize",
-                          "latch-wrap-host-compute", f"latch-form-kernels{{block={block}}}",
+                          "latch-wrap-host-compute", f"latch-form-kernels{{block={block} chip={chip}}}",
                           kernels_to_ptx_pipeline(chip, features, opt_level)]})
     return manifest, files
 
@@ -396,7 +399,7 @@ def _manifest_core(kind: str, schedule: dict, ptx: dict[str, str], *, source_tex
 
 
 def compile_update_to_artifact(module_text: str, path=None, *, entry: str | None = None,
-                               chip: str = "sm_90", features: str = "+ptx80",
+                               chip: str = DEFAULT_CHIP, features: str = "+ptx80",
                                block: str = "32,8", opt_level: int = 3,
                                state_slots=None, input_specs=None) -> dict:
     """Compile ``module_text`` (a Latch program, linalg-on-tensors, or a bufferized and
@@ -464,7 +467,7 @@ def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
 
     timer = _Timer()
     traced, program_text, linalg_text = front_half(model, rule, inputs, options, timer)
-    chip, features, block, opt_level = "sm_90", "+ptx80", "32,8", 3
+    chip, features, block, opt_level = DEFAULT_CHIP, "+ptx80", "32,8", 3
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
         module, counts_in = parse_program(program_text, linalg_text)
@@ -598,7 +601,7 @@ class CudaProgramHandle(CudaArtifactHandle):
 FUNCTION_KIND = "cuda-function"
 
 
-def compile_function_module(module, *, entry: str = "main", chip: str = "sm_90",
+def compile_function_module(module, *, entry: str = "main", chip: str = DEFAULT_CHIP,
                             features: str = "+ptx80", block: str = "32,8",
                             opt_level: int = 3, scan_threads: int = 256,
                             times: dict | None = None) -> tuple[dict, dict[str, str], str]:
@@ -622,7 +625,7 @@ def compile_function_module(module, *, entry: str = "main", chip: str = "sm_90",
           f"builtin.module(latch-form-scan-kernels{{threads={scan_threads}}}, canonicalize)",
           "latch-form-scan-kernels")
     timed("latch-form-kernels", _run, module,
-          f"builtin.module(latch-form-kernels{{block={block}}})", "latch-form-kernels")
+          f"builtin.module(latch-form-kernels{{block={block} chip={chip}}})", "latch-form-kernels")
     kernels_ir = str(module)
     schedule = timed("schedule", extract_launch_schedule, module.operation, entry)
     if schedule["states"]:
@@ -643,7 +646,7 @@ def build_function_manifest(schedule: dict, ptx: dict[str, str], *, source_text:
     manifest["build"] = {
         "block": block, "opt_level": opt_level, "scan_threads": scan_threads,
         "stages": ["latch-bufferize", f"latch-form-scan-kernels{{threads={scan_threads}}}",
-                   f"latch-form-kernels{{block={block}}}",
+                   f"latch-form-kernels{{block={block} chip={chip}}}",
                    kernels_to_ptx_pipeline(chip, features, opt_level)]}
     if out_tree is not None:
         manifest["out_tree"] = out_tree

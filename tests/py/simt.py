@@ -62,6 +62,7 @@ class _Ty:
 
 _TYPES: dict = {}
 _DYN = -9223372036854775808       # ShapedType::kDynamic
+_SHARED_BASE = 16                  # the shared-window address of dynamic shared memory
 
 
 def _ty(t) -> _Ty:
@@ -632,7 +633,21 @@ _PURE = {
     "vector.shape_cast": _vshape_cast, "vector.from_elements": _vfrom_elements,
     "llvm.extractvalue": lambda o, a, at, rt: a[0][
         _ints(o.op.attributes["position"])[0]],
+    "llvm.insertvalue": lambda o, a, at, rt: _insert_field(
+        a[0], _ints(o.op.attributes["position"])[0], a[1]),
+    "llvm.mlir.undef": lambda o, a, at, rt: (None,) * _struct_fields(rt[0].text),
+    "llvm.mlir.constant": _const_op,
 }
+
+
+def _struct_fields(text: str) -> int:
+    """Fields of an ``!llvm.struct<(...)>`` of scalars."""
+    assert text.startswith("!llvm.struct<("), text
+    return text.count(",") + 1
+
+
+def _insert_field(struct: tuple, pos: int, value) -> tuple:
+    return struct[:pos] + (value,) + struct[pos + 1:]
 
 
 # ---------------------------------------------------------------------------------------
@@ -776,7 +791,9 @@ class Simt:
     def _k_dynamic_shared(self, o, env, mask):
         n = self.dynamic_shared
         assert n > 0, "gpu.dynamic_shared_memory without dynamic_shared_memory_size"
-        env[o.outs[0]] = _Ref(_Mem(self.G * n, "i8", shared_blocks=n), (n,), (1,), 0)
+        if self.dyn_raw is None:        # one buffer per launch, however often it is named
+            self.dyn_raw = _Mem(self.G * n, "i8", shared_blocks=n)
+        env[o.outs[0]] = _Ref(self.dyn_raw, (n,), (1,), 0)
 
     def _h_reshape(self, o, env):
         src = env[o.ins[0]]
@@ -905,6 +922,9 @@ class Simt:
         self.groups = np.zeros(L, np.int64)      # committed cp.async groups per thread
         self.pending: list = []
         self.dynamic_shared = 0
+        self.dyn_raw = None             # this launch's dynamic shared memory
+        self.wg_open: dict = {}         # warpgroup (first thread) -> uncommitted wgmma reads
+        self.wg_groups: dict = {}       # warpgroup -> committed groups of wgmma reads
         for mem in self.mems:           # launches are ordered: forget the last one's accesses
             mem.reset()
 
@@ -1167,6 +1187,22 @@ class Simt:
         a = addr[emask]
         th = np.nonzero(emask)[0]
         self._access(mem, a, th, write=True)
+        if mem.shared_blocks is not None:
+            if getattr(mem, "wg_pending", None) is not None:
+                if (mem.wg_pending[a] > 0).any():
+                    raise Race("a write to shared memory that a wgmma group still reads (no "
+                               "wgmma.wait_group retired it)")
+                # another warpgroup's wait orders its reads before this write only through
+                # a barrier after that wait (warpgroups do not run in lock step)
+                wg = th // 128
+                blk = self.blk[th]
+                if ((mem.wg_ret_epoch[a] == self.bepoch[blk]) &
+                        (mem.wg_ret_group[a] != wg)).any():
+                    raise Race("a write to shared memory that a wgmma group of another "
+                               "warpgroup still reads (its wait_group, but no barrier since)")
+            if getattr(mem, "unfenced", None) is None:
+                mem.unfenced = np.zeros(mem.data.size, bool)
+            mem.unfenced[a] = True
         mem.data[a] = np.broadcast_to(vals, addr.shape)[emask]
         mem.valid[a] = True
         return a, th
@@ -1303,6 +1339,152 @@ class Simt:
         frag = rows[:, :, c, r] if trans else rows[:, :, r, c]          # (W, tiles, 32, 2)
         env[o.outs[0]] = frag.transpose(0, 2, 1, 3).reshape(self.L, tiles, 2)
 
+    # warpgroup matrix ops (sm_90a)
+    def _k_aligned_pointer(self, o, env, mask):
+        """The address of a workgroup buffer: dynamic shared memory starts at
+        ``_SHARED_BASE`` (16-byte, not 1024-byte aligned, as the driver may place it), so a
+        kernel that needs more alignment must round it up itself."""
+        ref = env[o.ins[0]]
+        assert ref.mem.shared_blocks is not None and ref.mem is self.dyn_raw, \
+            "extract_aligned_pointer_as_index of anything but dynamic shared memory"
+        env[o.outs[0]] = np.int64(_SHARED_BASE + ref.offset)
+
+    def _k_fence_proxy(self, o, env, mask):
+        """fence.proxy.async: this thread's earlier shared-memory writes become visible to
+        the async proxy (wgmma).  A wgmma reading an element its writer did not fence is an
+        error (``_wgmma_operand``)."""
+        for mem in (getattr(self.dyn_raw, "views", {}) or {}).values():
+            if getattr(mem, "unfenced", None) is not None:
+                th = np.nonzero(mask)[0]
+                hit = np.isin(mem.w_thread, th) & mem.unfenced
+                mem.unfenced[hit] = False
+
+    def _k_wgmma_fence(self, o, env, mask):
+        self._warpgroup(mask, "wgmma.fence")
+
+    def _warpgroup(self, mask, what):
+        wgs = mask.reshape(-1, 128)
+        assert (wgs.all(1) | ~wgs.any(1)).all(), f"{what} needs whole warpgroups"
+        assert self.T % 128 == 0, f"{what} in a block of {self.T} threads"
+
+    def _wgmma_operand(self, desc, rows: int, transposed: bool, first):
+        """The [rows, 16] bf16 operand a descriptor addresses, as (values, flat element
+        addresses) for the warpgroups whose first thread is in ``first``; the layouts the
+        H200 showed (bench/wgmma_probe.py): K-major rows of 8 16-byte chunks (128-byte
+        swizzle: chunk ^= row % 8 within each 8-row group of 1024 bytes) or, transposed,
+        MN-major k-rows; leading offset = between k core matrices (no swizzle) or 64-row
+        blocks (MN-major swizzled), stride offset = between 8-row (8-k) groups."""
+        d = np.asarray(desc, np.int64).astype(np.uint64)
+        start = ((d & 0x3FFF) << 4).astype(np.int64)
+        lbo = (((d >> 16) & 0x3FFF) << 4).astype(np.int64)
+        sbo = (((d >> 32) & 0x3FFF) << 4).astype(np.int64)
+        swz = (d >> 62).astype(np.int64)
+        assert set(np.unique(swz[first])) <= {0, 1}, "only no swizzle and 128-byte swizzle"
+        mn = np.arange(rows)[:, None]
+        k = np.arange(16)[None, :]
+        out_addr = []
+        for th in np.nonzero(first)[0]:
+            st, lb, sb, sw = start[th], lbo[th], sbo[th], swz[th]
+            if not transposed and sw:
+                byte = st + (mn // 8) * sb + (mn % 8) * 128 + k * 2
+            elif not transposed:
+                byte = st + (mn // 8) * sb + (k // 8) * lb + (mn % 8) * 16 + (k % 8) * 2
+            elif sw:
+                byte = st + (mn // 64) * lb + (k // 8) * sb + (k % 8) * 128 + (mn % 64) * 2
+            else:
+                byte = st + (mn // 8) * sb + (k // 8) * lb + (k % 8) * 16 + (mn % 8) * 2
+            if sw:
+                assert st % 16 == 0
+                byte = byte ^ (((byte >> 7) & 7) << 4)
+            out_addr.append(byte)
+        byte = np.stack(out_addr)                                      # (groups, rows, 16)
+        raw = self.dyn_raw
+        mem = raw.views.get("bf16") if hasattr(raw, "views") else None
+        assert mem is not None, "wgmma operand: no bf16 view of dynamic shared memory"
+        local = byte - _SHARED_BASE
+        assert (local % 2 == 0).all() and (local >= 0).all() and \
+            (local < raw.shared_blocks).all(), "wgmma operand outside dynamic shared memory"
+        blk = self.blk[np.nonzero(first)[0]]
+        addr = local // 2 + (blk * mem.shared_blocks)[:, None, None]
+        return addr, mem
+
+    def _k_wgmma(self, o, env, mask):
+        """wgmma.mma_async m64nNk16 bf16 x bf16 + f32, both operands from shared memory;
+        executed at issue, its shared-memory reads pending until a wait retires its group
+        (a write to them before that is a race)."""
+        op = o.op
+        shape = str(op.attributes["shape"])
+        n = int(shape.split("n = ")[1].split(",")[0])
+        assert "m = 64" in shape and "k = 16" in shape, shape
+        ta = "col" in str(op.attributes["layoutA"])
+        tb = "row" in str(op.attributes["layoutB"])
+        self._warpgroup(mask, "wgmma.mma_async")
+        first = mask & (self.tlin % 128 == 0)
+        c, xa, xb = o.ins[:3]          # operands: accumulator struct, descriptors A, B
+        for x in (xa, xb):
+            v = np.broadcast_to(np.asarray(env[x], np.int64), (self.L,)).reshape(-1, 128)
+            assert (v == v[:, :1]).all(), "wgmma descriptor differs within a warpgroup"
+        da = np.broadcast_to(np.asarray(env[xa], np.int64), (self.L,))
+        db = np.broadcast_to(np.asarray(env[xb], np.int64), (self.L,))
+        aa, mem = self._wgmma_operand(da, 64, ta, first)
+        ab, _ = self._wgmma_operand(db, n, tb, first)
+        firsts = np.nonzero(first)[0]
+        for addr in (aa, ab):
+            flat = addr.reshape(len(firsts), -1)
+            emask = np.zeros((self.L, flat.shape[1]), bool)
+            full = np.zeros((self.L, flat.shape[1]), np.int64)
+            emask[firsts] = True
+            full[firsts] = flat
+            self._read(mem, full, emask, "wgmma operand")
+            if getattr(mem, "unfenced", None) is not None and mem.unfenced[flat].any():
+                raise Race("wgmma reads shared memory written without fence.proxy.async")
+            if getattr(mem, "wg_pending", None) is None:
+                mem.wg_pending = np.zeros(mem.data.size, np.int64)
+                mem.wg_ret_epoch = np.full(mem.data.size, -1, np.int64)
+                mem.wg_ret_group = np.full(mem.data.size, -1, np.int64)
+            np.add.at(mem.wg_pending, flat.ravel(), 1)
+            for g, th in enumerate(firsts):
+                self.wg_open.setdefault(int(th), []).append((mem, flat[g]))
+        A = mem.data[aa].astype(np.float64)                    # (groups, 64, 16)
+        B = mem.data[ab].astype(np.float64)                    # (groups, n, 16)
+        D = A @ B.transpose(0, 2, 1)                           # (groups, 64, n)
+        # accumulator j of warpgroup thread t: row 16 (t / 32) + (t % 32) / 4 + 8 ((j % 4) / 2),
+        # column 8 (j / 4) + 2 (t % 4) + j % 2
+        t = np.arange(128)[:, None]
+        j = np.arange(n // 2)[None, :]
+        row = (t // 32) * 16 + (t % 32) // 4 + 8 * ((j % 4) // 2)
+        col = 8 * (j // 4) + (t % 4) * 2 + j % 2
+        frag = D[:, row, col]                                  # (groups, 128, n / 2)
+        acc = env[c]
+        assert isinstance(acc, tuple) and len(acc) == n // 2, "wgmma accumulator struct"
+        groups = np.nonzero(mask.reshape(-1, 128).all(1))[0]
+        out = []
+        for jj in range(n // 2):
+            old = np.broadcast_to(np.asarray(acc[jj], np.float32), (self.L,)).reshape(-1, 128)
+            new = old.astype(np.float64).copy()
+            new[groups] += frag[:, :, jj]
+            out.append(new.astype(np.float32).reshape(self.L))
+        env[o.outs[0]] = tuple(out)
+
+    def _k_wgmma_commit(self, o, env, mask):
+        self._warpgroup(mask, "wgmma.commit_group")
+        for th in np.nonzero(mask & (self.tlin % 128 == 0))[0]:
+            reads = self.wg_open.pop(int(th), [])
+            self.wg_groups.setdefault(int(th), []).append(reads)
+
+    def _k_wgmma_wait(self, o, env, mask):
+        from mlir import ir
+
+        keep = ir.IntegerAttr(o.op.attributes["group"]).value
+        self._warpgroup(mask, "wgmma.wait_group")
+        for th in np.nonzero(mask & (self.tlin % 128 == 0))[0]:
+            groups = self.wg_groups.get(int(th), [])
+            while len(groups) > keep:
+                for mem, flat in groups.pop(0):
+                    np.add.at(mem.wg_pending, flat.ravel(), -1)
+                    mem.wg_ret_epoch[flat.ravel()] = self.bepoch[self.blk[th]]
+                    mem.wg_ret_group[flat.ravel()] = th // 128
+
     def _mma(self, a, b, c):
         """m16n8k16 per warp: a (L,4,2), b (L,2,2), c (L,2,2) fragments -> d (L,2,2)."""
         W = self.L // 32
@@ -1402,7 +1584,8 @@ class Simt:
                 for a, c in zip(body.args[1:], carried):
                     env[a] = c
                 outs = self._block(body, env, active)
-                carried = [self._where(active, new, old, ty)
+                carried = [tuple(self._where(active, n1, o1, ty) for n1, o1 in zip(new, old))
+                           if isinstance(new, tuple) else self._where(active, new, old, ty)
                            for new, old, ty in zip(outs, carried, tys)]
                 iv = np.where(active, iv + st, iv)
         for i, c in zip(o.outs, carried):
@@ -1444,5 +1627,11 @@ _KERNEL = {
     "nvvm.cp.async.wait.group": Simt._k_async_wait,
     "nvgpu.ldmatrix": Simt._k_ldmatrix, "nvgpu.mma.sync": Simt._k_nvgpu_mma,
     "nvvm.mma.sync": Simt._k_nvvm_mma,
+    "memref.extract_aligned_pointer_as_index": Simt._k_aligned_pointer,
+    "nvvm.fence.proxy": Simt._k_fence_proxy,
+    "nvvm.wgmma.fence.aligned": Simt._k_wgmma_fence,
+    "nvvm.wgmma.mma_async": Simt._k_wgmma,
+    "nvvm.wgmma.commit.group.sync.aligned": Simt._k_wgmma_commit,
+    "nvvm.wgmma.wait.group.sync.aligned": Simt._k_wgmma_wait,
     "scf.if": Simt._k_if, "scf.for": Simt._k_for,
 }

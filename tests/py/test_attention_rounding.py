@@ -129,7 +129,8 @@ def test_calls_it_does_not_cover_keep_the_math_path():
 
 def test_cuda_products_are_tensor_core_kernels():
     """On the cuda target every product of the flash-rounded attention (two forward, four
-    backward) reads bf16 operands: tensor-core kernels, no float32 SIMT product."""
+    backward) reads bf16 operands: tensor-core kernels (mma.sync or wgmma), no float32 SIMT
+    product."""
     from latch.artifact import read_artifact
     model = Attention()
     x, y = _data()
@@ -142,5 +143,5 @@ def test_cuda_products_are_tensor_core_kernels():
     products = {n: b.decode() for n, b in files.items()
                 if "contract" in n and n.endswith(".ptx")}
     assert len(products) >= 6
-    simt = [n for n, t in products.items() if "mma.sync" not in t]
+    simt = [n for n, t in products.items() if "mma.sync" not in t and "wgmma.mma_async" not in t]
     assert not simt, simt

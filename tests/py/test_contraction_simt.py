@@ -123,6 +123,8 @@ def check(sizes, a_idx, b_idx, c_idx, a_elt="bf16", b_elt="bf16", options="", se
     assert host.count("linalg.generic") == ("memref.view" in host)
     if expect_kernel == "mma":
         assert "mma.sync" in kernel_text
+    elif expect_kernel == "wgmma":
+        assert "nvvm.wgmma.mma_async" in kernel_text and "mma.sync" not in kernel_text
     else:
         assert "mma.sync" not in kernel_text and "math.fma" in kernel_text
     g = torch.Generator().manual_seed(seed)

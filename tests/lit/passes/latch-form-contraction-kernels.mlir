@@ -10,7 +10,7 @@
 // copied 16 bytes at a time by cp.async, an f32 one rounded to bf16 in the body (the
 // weight) is loaded 8 elements at a time, rounded and stored by the threads; fragments are
 // read with ldmatrix.  The output's initial value is
-// read and added to (nothing zeroed it here).
+// read and added to (nothing zeroed it here), two columns per 8-byte load and store.
 
 #mA = affine_map<(m, n, k) -> (m, k)>
 #mBt = affine_map<(m, n, k) -> (n, k)>
@@ -38,9 +38,9 @@
 // CHECK-SAME: shape = #nvvm.shape<m = 16, n = 8, k = 16>
 // CHECK-NOT: gpu.barrier
 // CHECK: scf.yield
-// CHECK: memref.load %{{.*}} : memref<200x48xf32>
-// CHECK: arith.addf
-// CHECK: memref.store %{{.*}} : memref<200x48xf32>
+// CHECK: vector.load %{{.*}} {alignment = 8 : i64} : memref<200x48xf32>, vector<2xf32>
+// CHECK: arith.addf %{{.*}} : vector<2xf32>
+// CHECK: vector.store %{{.*}} {alignment = 8 : i64} : memref<200x48xf32>, vector<2xf32>
 // SIMT-LABEL: func.func @linear_bf16(
 // SIMT: gpu.launch_func @latch_contract_0::@contract
 // SIMT-NOT: nvvm.mma.sync
@@ -86,7 +86,7 @@ func.func @linear_bf16(%x: memref<200x96xbf16>, %w: memref<48x96xf32>, %y: memre
 // CHECK: nvvm.mma.sync
 // CHECK: scf.yield
 // CHECK-NOT: memref.load
-// CHECK: memref.store %{{.*}} : memref<64x96xf32>
+// CHECK: vector.store %{{.*}} {alignment = 8 : i64} : memref<64x96xf32>, vector<2xf32>
 // CHECK-NOT: memref.load
 // CHECK: gpu.return
 // PTX: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
@@ -292,7 +292,7 @@ func.func @rewritten(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<7
 // CHECK: gpu.func @contract(
 // CHECK: %[[S:.*]] = arith.remui %{{.*}}, %{{.*}} : index
 // CHECK: scf.for
-// CHECK: memref.store %{{.*}}, %{{.*}}[%[[S]], %{{.*}}, %{{.*}}] : memref<16x768x8xf32>
+// CHECK: vector.store %{{.*}}, %{{.*}}[%[[S]], %{{.*}}, %{{.*}}] {alignment = 8 : i64} : memref<16x768x8xf32>, vector<2xf32>
 func.func @router_wgrad(%x: memref<2048x768xbf16>, %g: memref<2048x8xbf16>, %w: memref<768x8xf32>) {
   linalg.generic {indexing_maps = [#s_a, #s_b, #s_o], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%x, %g : memref<2048x768xbf16>, memref<2048x8xbf16>) outs(%w : memref<768x8xf32>) {

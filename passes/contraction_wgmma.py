@@ -1,0 +1,237 @@
+"""The Hopper (sm_90a) tensor-core contraction kernel: ``wgmma`` from swizzled shared memory.
+
+``latch-form-contraction-kernels{wgmma=true}`` generates this kernel instead of the
+``mma.sync`` one (``form_contraction_kernels.mma_kernel_text``) for a bf16 contraction whose
+two factors both reach shared memory by 16-byte copies (``_staging``: ``k``/``rows`` through
+``cp.async``, ``k-f32``/``rows-f32`` rounded by the threads); anything else keeps the
+``mma.sync`` kernel.
+
+Block: 256 threads, two *warpgroups* of 4 warps; a 128 x ``BN`` output tile (BN 128 or
+256, :func:`n_tile`), warpgroup g
+owning rows 64g .. 64g + 63 as one ``wgmma.mma_async m64n{BN}k16`` accumulator (BN / 2 f32
+registers a thread, carried through the k-loop as one LLVM struct).  k-tiles of 64 pass
+through ``STAGES`` shared-memory stages; each operand tile sits in a **128-byte swizzled**
+layout that wgmma reads through a matrix descriptor (start address, leading / stride byte
+offsets, swizzle mode; every stage 1024-byte aligned, since the swizzle is a function of
+the address):
+
+* K-major (the factor is contiguous along k: a forward ``x @ W^T``): row r of the tile is
+  128 bytes (64 k), its 16-byte chunk c stored at chunk ``c ^ (r % 8)``; the descriptor's
+  stride offset is 1024 bytes (8 rows), the leading offset unused; each k16 step moves the
+  start address 32 bytes.
+* MN-major (contiguous along its rows, a transposed operand: the weights of an input
+  gradient, both factors of a weight gradient): 64-row blocks of 64 k-rows x 128 bytes,
+  chunk c of k-row k at ``c ^ (k % 8)``; leading offset = the 8192 bytes between 64-row
+  blocks, stride offset = 1024 bytes (8 k-rows); each k16 step moves 2048 bytes; the
+  instruction's transpose flag set.
+
+These readings of the descriptor were measured on the H200, not taken from the
+documentation's prose: ``bench/wgmma_probe.py`` tried every layout and both readings of
+the two offsets (bench/results/wgmma_probe-20261130T203939Z.json).
+
+Pipeline (every thread both copies and multiplies; one barrier per k-tile): at k-tile kt a
+thread waits for its copies of tile kt (``cp.async.wait_group STAGES-3``), fences them to
+the async proxy (``fence.proxy.async``: wgmma reads shared memory through it), and the
+block meets at a barrier; each warpgroup then issues the four k16 ``wgmma`` of tile kt as
+one group and waits until at most one group (tile kt) is in flight — tile kt-1's are done —
+and copies tile kt + STAGES - 2 into the stage tile kt - 2 used (every warpgroup finished
+reading it before the barrier).  So STAGES - 2 tiles are loading while one multiplies.
+"""
+from __future__ import annotations
+
+from latch.passes.form_contraction_kernels import (
+    _WG, Contraction, _begin, _epilogue, _Kernel, _module, _signature, _staging, _Text)
+
+BM, BK, THREADS = 128, 64, 256
+#: n width of the output tile (128 or 256; None: :func:`n_tile` chooses per contraction)
+#: and shared-memory stages; bench/gemm_shapes.py measures the alternatives
+BN, STAGES = None, 4
+_LONG_SLICE = 16                 # k-tiles a block needs to amortize a 128 x 256 tile
+_ROW_BYTES = 128                 # one swizzled row: 64 bf16
+_BLOCK_BYTES = 64 * _ROW_BYTES   # 64 rows (K-major) or 64 k-rows of a 64-row block (MN-major)
+
+
+def wgmma_applies(con: Contraction) -> bool:
+    """Whether both factors are staged by 16-byte copies (the swizzled layouts need them)."""
+    return all(_staging(con, which, BK)[0] != "load" for which in (0, 1)) and \
+        con.size("k") % BK == 0
+
+
+def n_tile(con: Contraction) -> int:
+    """256 columns per block where the output has them, unless split-K (spreading the
+    reduction to fill the GPU) would leave each block fewer than ``_LONG_SLICE`` k-tiles;
+    else 128.  Measured on the H200 (bench/results/gemm_shapes-20261130T204458Z.json):
+    the wider tile is 5-50% faster on every B32 shape (the wgmma's B operand read once per
+    64 x 256 product instead of per 64 x 128), and slower where split-K leaves each block
+    4 k-tiles (B2's 768 x 2304 weight gradient over 2048 tokens: 0.107 vs 0.066 ms)."""
+    from latch.passes.form_contraction_kernels import split_factor
+
+    if BN is not None:
+        return BN
+    n, k_tiles = con.size("n"), con.size("k") // BK
+    if n < 256:
+        return 128
+    grid = (-(-n // 256), -(-con.size("m") // BM), max(1, con.size("batch")))
+    splits = split_factor(grid, k_tiles)
+    return 256 if splits == 1 or k_tiles // splits >= _LONG_SLICE else 128
+
+
+def _desc_fields(mn_major: bool) -> int:
+    """The constant bits of a descriptor: leading / stride byte offsets (16-byte units) and
+    the 128-byte swizzle mode."""
+    lead, stride = (_BLOCK_BYTES, 1024) if mn_major else (16, 1024)
+    return ((lead >> 4) << 16) | ((stride >> 4) << 32) | (1 << 62)
+
+
+def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | None = None,
+                      stages: int | None = None) -> tuple[str, tuple, tuple, int]:
+    """(gpu.module text, grid, block, dynamic shared bytes) of the wgmma kernel."""
+    bn = bn or n_tile(con)
+    stages = stages or STAGES
+    assert bn in (128, 256) and stages >= 3
+    t = _Text()
+    k = _Kernel(con, t, (BM, bn, BK), narrow=True, splits=splits)
+    M, N, K = con.size("m"), con.size("n"), con.size("k")
+    tid, m0, n0, batch = _begin(t, con, k, BM, bn)
+    a_bytes, b_bytes = BM * _ROW_BYTES, bn * _ROW_BYTES
+    stage_bytes = a_bytes + b_bytes
+    total = stages * stage_bytes
+    # one bf16 view of the stages, starting at the first 1024-byte aligned shared address
+    dyn = f"memref<?xi8, {_WG}>"
+    sm_type = f"memref<{total // 2}xbf16, {_WG}>"
+    t.line(f"%dyn = gpu.dynamic_shared_memory : {dyn}")
+    base = t.emit(f"memref.extract_aligned_pointer_as_index %dyn : {dyn} -> index")
+    aligned = t.arith("andi", t.add(base, 1023), -1024)
+    shift = t.arith("subi", aligned, base)
+    sm = t.emit(f"memref.view %dyn[{shift}][] : {dyn} to {sm_type}")
+    addr16 = t.emit(f"arith.index_cast {t.arith('shrui', aligned, 4)} : index to i64")
+    operands = []                      # (staging, input, rows, row0, group, element base)
+    for which, (rows, row0, group, off) in enumerate(((BM, m0, "m", 0),
+                                                      (bn, n0, "n", a_bytes))):
+        how, i = _staging(con, which, BK)
+        assert how != "load", "wgmma_kernel_text needs 16-byte staged factors"
+        operands.append((how, i, rows, row0, group, off))
+    warp = t.arith("divui", tid, 32)
+    wg = t.arith("divui", warp, 4)
+
+    def stage_tile(kt: str, stage: str) -> None:
+        """Copy both factors' k-tile ``kt`` into stage ``stage`` in the swizzled layouts."""
+        k0 = t.mul(kt, BK)
+        stage0 = t.mul(stage, stage_bytes // 2)
+        for how, i, rows, row0, group, off in operands:
+            limit = con.size(group)
+            mtype = con.inputs[i].type
+            base_e = t.add(stage0, off // 2)
+            along_rows = how.startswith("rows")
+            per_row = rows // 8 if along_rows else BK // 8      # 16-byte chunks per tile row
+            for n in range(rows * BK // 8 // THREADS):
+                lin = t.add(tid, n * THREADS)
+                r = t.arith("divui", lin, per_row)
+                c = t.arith("remui", lin, per_row)
+                if not along_rows:           # tile row r = factor row, chunk c = k 8c..8c+7
+                    fr = t.add(row0, r)
+                    fr = t.arith("minui", fr, limit - 1) if limit > 1 else t.const(0)
+                    fk = t.add(k0, t.mul(c, 8))
+                    # K-major: row r at r * 64, chunk c at (c ^ r % 8) * 8
+                    sw = t.arith("xori", c, t.arith("remui", r, 8))
+                    dst = t.add(t.add(base_e, t.mul(r, 64)), t.mul(sw, 8))
+                else:                        # tile row r = k, chunk c = factor rows 8c..8c+7
+                    fr = t.arith("minui", t.add(row0, t.mul(c, 8)), limit - 8)
+                    fk = t.add(k0, r)
+                    # MN-major: 64-row block c / 8, k-row r at r * 64, chunk (c % 8) ^ (r % 8)
+                    sw = t.arith("xori", t.arith("remui", c, 8), t.arith("remui", r, 8))
+                    blk = t.mul(t.arith("divui", c, 8), _BLOCK_BYTES // 2)
+                    dst = t.add(t.add(t.add(base_e, blk), t.mul(r, 64)), t.mul(sw, 8))
+                dims = dict(batch)
+                dims.update(k.split(group, fr))
+                dims.update(k.split("k", fk))
+                src = f"%I{i}[{k.indices(i, dims)}]"
+                if how.endswith("-f32"):     # 8 f32 -> 8 bf16 through registers
+                    x = t.emit(f"vector.load {src} {{alignment = 16}} : {mtype}, vector<8xf32>")
+                    y = t.emit(f"arith.truncf {x} : vector<8xf32> to vector<8xbf16>")
+                    t.line(f"vector.store {y}, {sm}[{dst}] {{alignment = 16}} : {sm_type}, "
+                           "vector<8xbf16>")
+                else:
+                    t.emit(f"nvgpu.device_async_copy {src}, {sm}[{dst}], 8 {{bypassL1}} : "
+                           f"{mtype} to {sm_type}")
+
+    # the k-tile loop over this block's tiles (all, or its split-K slice)
+    n_tiles = K // BK
+    lo, hi = t.const(0), t.const(n_tiles)
+    if splits > 1:
+        per = -(-n_tiles // splits)
+        lo = t.mul(k.slice, per)
+        hi = t.arith("minui", t.add(lo, per), n_tiles)
+    acc_type = "!llvm.struct<(" + ", ".join(["f32"] * (bn // 2)) + ")>"
+    zero = t.emit("llvm.mlir.constant(0.0 : f32) : f32")
+    acc = t.emit(f"llvm.mlir.undef : {acc_type}")
+    for j in range(bn // 2):
+        acc = t.emit(f"llvm.insertvalue {zero}, {acc}[{j}] : {acc_type}")
+    kt, carried, result = t.fresh(), t.fresh(), t.fresh()
+    t.line(f"{result} = scf.for {kt} = {lo} to {hi} step {t.const(1)} "
+           f"iter_args({carried} = {acc}) -> ({acc_type}) {{")
+    step = t.arith("subi", kt, lo)
+    stage = t.arith("remui", step, stages)
+
+    def stage_if_any(tile: str, into: str) -> None:
+        """Stage k-tile ``tile`` if this block has it; one cp.async group either way (the
+        waits count groups)."""
+        t.line(f"scf.if {t.emit(f'arith.cmpi ult, {tile}, {hi} : index')} {{")
+        stage_tile(tile, into)
+        t.line("}")
+        t.line("nvvm.cp.async.commit.group")
+
+    # prologue (first iteration): tiles lo .. lo + STAGES - 3 into stages 0 .. STAGES - 3
+    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {step}, {t.const(0)} : index')} {{")
+    for j in range(stages - 2):
+        stage_if_any(t.add(lo, j), t.const(j))
+    t.line("}")
+    t.line(f"nvvm.cp.async.wait.group {stages - 3}")
+    t.line("nvvm.fence.proxy { kind = #nvvm.proxy_kind<async.shared>, "
+           "space = #nvvm.shared_space<cta> }")
+    t.line("gpu.barrier")
+    # descriptors of this stage's tiles for this warpgroup (A rows 64 wg .. 64 wg + 63)
+    stage_b = t.emit(f"arith.index_cast {t.mul(stage, stage_bytes >> 4)} : index to i64")
+    wg_a = t.emit(f"arith.index_cast {t.mul(wg, _BLOCK_BYTES >> 4)} : index to i64")
+    start = t.arith("addi", addr16, stage_b, "i64")
+    descs = []
+    for which, (how, _i, _rows, _row0, _group, off) in enumerate(operands):
+        mn_major = how.startswith("rows")
+        d = t.arith("addi", start, t.const(_desc_fields(mn_major) + (off >> 4), "i64"), "i64")
+        if which == 0:
+            d = t.arith("addi", d, wg_a, "i64")
+        k16 = (16 * _ROW_BYTES if mn_major else 32) >> 4      # start address per k16 step
+        descs.append([d] + [t.arith("addi", d, t.const(s * k16, "i64"), "i64")
+                            for s in range(1, BK // 16)])
+    layout_a = "col" if operands[0][0].startswith("rows") else "row"
+    layout_b = "row" if operands[1][0].startswith("rows") else "col"
+    t.line("nvvm.wgmma.fence.aligned")
+    cur = carried
+    for s in range(BK // 16):
+        cur = t.emit(
+            f"nvvm.wgmma.mma_async {descs[0][s]}, {descs[1][s]}, {cur}, "
+            f"<m = 64, n = {bn}, k = 16>, D[<f32>, <one>, <wrapped>], "
+            f"A[<bf16>, <one>, <{layout_a}>], B[<bf16>, <one>, <{layout_b}>] "
+            f": {acc_type} -> {acc_type}")
+    t.line("nvvm.wgmma.commit.group.sync.aligned")
+    t.line("nvvm.wgmma.wait.group.sync.aligned 1")
+    # tile kt + STAGES - 2 into the stage of tile kt - 2 (no warpgroup reads it any more)
+    stage_if_any(t.add(kt, stages - 2), t.arith("remui", t.add(step, stages - 2), stages))
+    t.line(f"scf.yield {cur} : {acc_type}")
+    t.line("}")
+    t.line("nvvm.wgmma.wait.group.sync.aligned 0")
+    # accumulator register j of a thread: row 16 (warp % 4) + lane / 4 (+ 8), column
+    # 8 (j / 4) + 2 (lane % 4) (+ 1) — the layout the probe confirmed
+    lane = t.arith("remui", tid, 32)
+    row_base = t.add(t.add(m0, t.mul(wg, 64)),
+                     t.add(t.mul(t.arith("remui", warp, 4), 16), t.arith("divui", lane, 4)))
+    col_base = t.add(n0, t.mul(t.arith("remui", lane, 4), 2))
+    cells = []
+    for j in range(bn // 2):
+        row = t.add(row_base, 8 * ((j % 4) // 2))
+        col = t.add(col_base, 8 * (j // 4) + j % 2)
+        cells.append((row, col, t.emit(f"llvm.extractvalue {result}[{j}] : {acc_type}")))
+    _epilogue(k, t, batch, cells, pairs=True)
+    text = _module(name, _signature(con, None, THREADS, splits), t)
+    grid = (-(-N // bn), -(-M // BM), max(1, con.size("batch")) * splits)
+    return text, grid, (THREADS, 1, 1), total + 1024

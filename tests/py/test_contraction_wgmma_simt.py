@@ -1,0 +1,242 @@
+"""The sm_90a contraction kernel (``passes/contraction_wgmma.py``: wgmma from 128-byte
+swizzled shared memory) executed on the CPU by the SIMT interpreter (tests/py/simt.py),
+compared with float64; the interpreter's reading of wgmma descriptors checked against what
+the H200 did with the same probe kernels (bench/wgmma_probe.py and its recorded results);
+and mutations of the kernel's synchronization or layout caught."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from simt import Race, Simt
+from test_contraction_simt import (_launches, _missing_barrier_inputs, check,
+                                   contraction_text, run_pass)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WGMMA = "{chip=sm_90a}"
+
+
+@pytest.mark.parametrize("sizes,a_idx,b_idx", [
+    ({"m": 128, "n": 128, "k": 128}, "mk", "nk"),     # x @ W^T: both K-major, whole tiles
+    ({"m": 136, "n": 72, "k": 192}, "mk", "kn"),      # dy @ W: B MN-major; edge tiles
+    ({"m": 64, "n": 200, "k": 128}, "km", "kn"),      # a weight gradient: both MN-major
+    ({"m": 72, "n": 40, "k": 64}, "km", "nk"),        # A MN-major, B K-major; one k-tile
+    ({"m": 40, "n": 136, "k": 320}, "mk", "nk"),      # five k-tiles: every stage reused
+], ids=["nt", "nn", "tn", "tt", "deep"])
+def test_wgmma_layouts(sizes, a_idx, b_idx):
+    m = check(sizes, a_idx, b_idx, "mn", options=WGMMA, expect_kernel="wgmma")
+    text = str(m)
+    assert "nvvm.fence.proxy" in text and text.count("nvvm.wgmma.mma_async") == 4
+    # the transposed (MN-major) operands carry the transpose flag
+    assert ("A[<bf16>, <one>, <col>]" in text) == (a_idx == "km")
+    assert ("B[<bf16>, <one>, <row>]" in text) == (b_idx == "kn")
+
+
+@pytest.mark.parametrize("sizes,a_idx,b_idx", [
+    ({"m": 128, "n": 256, "k": 128}, "mk", "nk"),
+    ({"m": 72, "n": 296, "k": 192}, "km", "kn"),      # edge tiles, MN-major
+], ids=["nt", "tn-edges"])
+def test_wgmma_256_wide_tile(monkeypatch, sizes, a_idx, b_idx):
+    """The 128 x 256 tile (m64n256k16, 128 accumulators a thread), which n_tile gives
+    outputs with 256+ columns and long k-loops (too large to interpret at such sizes)."""
+    import latch.passes.contraction_wgmma as wg
+    monkeypatch.setattr(wg, "BN", 256)
+    m = check(sizes, a_idx, b_idx, "mn", options=WGMMA, expect_kernel="wgmma")
+    assert "n = 256" in str(m)
+
+
+def test_n_tile_rule():
+    """256 columns where the output has them, unless split-K leaves a block < 16 k-tiles."""
+    from test_contraction_simt import contraction_text
+
+    import latch.passes.contraction_wgmma as wg
+    from latch.passes.form_contraction_kernels import match_contraction
+    from mlir import ir
+    import latch.dialect
+
+    def tile(m, n, k):
+        ctx = ir.Context()
+        latch.dialect.load(ctx)
+        with ctx, ir.Location.unknown():
+            mod = ir.Module.parse(contraction_text({"m": m, "n": n, "k": k}, "km", "kn", "mn"))
+            f = mod.body.operations[0]
+            op = next(o for o in f.regions[0].blocks[0].operations
+                      if o.operation.name == "linalg.generic")
+            return wg.n_tile(match_contraction(op.operation))
+
+    assert tile(32768, 2304, 768) == 256          # B32's qkv projection
+    assert tile(2304, 768, 32768) == 256          # its weight gradient: split-K, long slices
+    assert tile(768, 2304, 2048) == 128           # B2's: split-K would leave 4 k-tiles a block
+    assert tile(32768, 128, 768) == 128           # too few columns
+
+
+def test_wgmma_batched():
+    m = check({"b": 2, "m": 72, "n": 48, "k": 128}, "bmk", "bkn", "bmn", options=WGMMA,
+              expect_kernel="wgmma")
+    assert [la[1] for la in _launches(m)] == [(1, 1, 2)]
+
+
+@pytest.mark.parametrize("a_idx,b_idx", [("mk", "nk"), ("km", "kn")],
+                         ids=["along-k", "along-rows"])
+def test_wgmma_f32_operands_rounded_in_the_product(a_idx, b_idx):
+    """f32 buffers rounded to bf16 in the body: 8-element vector loads, rounded and stored
+    by the threads into the swizzled layout (then fenced for the async proxy)."""
+    m = check({"m": 72, "n": 40, "k": 128}, a_idx, b_idx, "mn", a_elt="f32>bf16",
+              b_elt="f32>bf16", options=WGMMA, expect_kernel="wgmma")
+    assert "nvgpu.device_async_copy" not in str(m)
+
+
+def test_wgmma_split_k():
+    """A weight gradient with few output tiles and a long reduction: k slices of whole
+    64-deep tiles into the workspace, added in order."""
+    m = check({"m": 64, "n": 64, "k": 2112}, "km", "kn", "mn", options=WGMMA,
+              expect_kernel="wgmma")
+    (_, grid, _), = _launches(m)
+    assert grid[2] > 1
+
+
+def test_operands_the_threads_convert_keep_mma_sync():
+    """A factor with index math fused in (a strided view, an unaligned offset) cannot be
+    copied 16 bytes at a time into the swizzled layout: that product keeps the mma.sync
+    kernel on sm_90a too; so does a reduction that is not a multiple of 64."""
+    check({"m": 40, "n": 24, "k": 64}, "mk", "nk", "mn", b_elt="f32>bf16",
+          a_layout="strided<[128, 1], offset: 3>", options=WGMMA, expect_kernel="mma")
+    check({"m": 40, "n": 24, "k": 96}, "mk", "nk", "mn", options=WGMMA, expect_kernel="mma")
+
+
+# ---------------------------------------------------------------------------------------
+# mutations: the interpreter must catch each
+# ---------------------------------------------------------------------------------------
+SIZES = ({"m": 72, "n": 136, "k": 384}, "km", "kn", "mn")      # 6 k-tiles, MN-major
+
+
+def _mutated(pattern: str, replacement: str, options: str = WGMMA):
+    from mlir import ir
+
+    text = contraction_text(*SIZES)
+    m, ctx = run_pass(text, options)
+    src = str(m)
+    new, n = re.subn(pattern, replacement, src)
+    assert n >= 1, pattern
+    with ctx:
+        return ir.Module.parse(new), ctx
+
+
+@pytest.mark.parametrize("pattern,replacement,message", [
+    (r"nvvm\.fence\.proxy \{[^}]*\}", "", "without fence.proxy.async"),
+    (r"nvvm\.wgmma\.wait\.group\.sync\.aligned 1", "nvvm.wgmma.wait.group.sync.aligned 2",
+     "wgmma group of another warpgroup"),
+    (r"nvvm\.cp\.async\.wait\.group 1", "nvvm.cp.async.wait.group 2", "before its wait"),
+    (r"gpu\.barrier", "", "no barrier in between"),
+], ids=["no-fence", "wgmma-wait-2", "cp-async-wait-2", "no-barrier"])
+def test_interpreter_catches_broken_synchronization(pattern, replacement, message):
+    m, ctx = _mutated(pattern, replacement)
+    inputs = _missing_barrier_inputs(*SIZES, "bf16")
+    with ctx, pytest.raises(Race, match=message):
+        Simt(m).run(inputs)
+
+
+@pytest.mark.parametrize("what", ["swizzle", "stride", "transpose"])
+def test_interpreter_catches_layout_mistakes(monkeypatch, what):
+    """A descriptor or a staging layout off by one detail gives wrong numbers."""
+    import latch.passes.contraction_wgmma as wg
+    if what == "swizzle":          # the copies skip the XOR the descriptor's mode expects
+        monkeypatch.setattr(wg, "_desc_fields",
+                            lambda mn_major: (1 << 16) | (64 << 32) if not mn_major
+                            else (512 << 16) | (64 << 32))
+    elif what == "stride":         # leading / stride offsets of MN-major swapped
+        monkeypatch.setattr(wg, "_desc_fields",
+                            lambda mn_major: ((64 << 16) | (512 << 32) | (1 << 62))
+                            if mn_major else (1 << 16) | (64 << 32) | (1 << 62))
+    with pytest.raises(AssertionError):
+        if what == "transpose":    # B's transpose flag dropped
+            m, ctx = _mutated(r"B\[<bf16>, <one>, <row>\]", "B[<bf16>, <one>, <col>]")
+            sizes, a_idx, b_idx, c_idx = SIZES
+            inputs = _missing_barrier_inputs(*SIZES, "bf16")
+            with ctx:
+                sim = Simt(m)
+                sim.run(inputs)
+                ref = inputs[2] + np.einsum(f"{a_idx},{b_idx}->{c_idx}", inputs[0], inputs[1])
+                got = np.asarray(sim.arguments[2], np.float64)
+                assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5
+        else:
+            check(*SIZES, options=WGMMA, expect_kernel="wgmma")
+
+
+# ---------------------------------------------------------------------------------------
+# the interpreter's wgmma against the H200's
+# ---------------------------------------------------------------------------------------
+def _probe_results():
+    files = sorted(glob.glob(os.path.join(ROOT, "bench", "results", "wgmma_probe-*.json")))
+    assert files, "no recorded wgmma probe (bench/wgmma_probe.py run on the GPU)"
+    with open(files[-1]) as f:
+        return json.load(f)
+
+
+def test_interpreter_reads_wgmma_operands_as_the_h200_did():
+    """Every probe case (layout x descriptor reading x transpose flags) that the H200
+    computed exactly, the interpreter computes exactly; every case the H200 got wrong, the
+    interpreter gets wrong (or rejects).  So the interpreter's descriptor decoding is the
+    chip's, not a second copy of the kernel generator's assumptions."""
+    from mlir import ir
+
+    import latch.dialect
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import wgmma_probe as probe
+    recorded = _probe_results()
+    assert recorded["gpu"].startswith("NVIDIA H")
+    cases = {(r["trans_a"], r["trans_b"], r["a_layout"], r["b_layout"]): r["exact"]
+             for r in recorded["records"] if "exact" in r}
+    assert len(cases) == len(probe.cases()) and any(cases.values()) and \
+        not all(cases.values())
+    rng = np.random.default_rng(0)
+    a = rng.integers(-4, 5, size=(probe.M, probe.K)).astype(np.float64)
+    b = rng.integers(-4, 5, size=(probe.N, probe.K)).astype(np.float64)
+    want = a @ b.T
+    row, col = probe.fragment_coords()
+    agree = 0
+    for (ta, tb, an, bn), exact_on_gpu in sorted(cases.items()):
+        kernel = probe.kernel_text(ta, tb)
+        host = f"""module attributes {{gpu.container_module}} {{
+func.func @main(%ia: memref<4096xbf16>, %ib: memref<8192xbf16>, %out: memref<8192xf32>,
+                %da: i64, %db: i64, %sa: i64, %sb: i64) {{
+  %c1 = arith.constant 1 : index
+  %c128 = arith.constant 128 : index
+  %sh = arith.constant 32768 : i32
+  gpu.launch_func @probe_{ta}{tb}::@k blocks in (%c1, %c1, %c1) threads in (%c128, %c1, %c1)
+      dynamic_shared_memory_size %sh
+      args(%ia : memref<4096xbf16>, %ib : memref<8192xbf16>, %out : memref<8192xf32>,
+           %da : i64, %db : i64, %sa : i64, %sb : i64)
+  return
+}}
+{kernel}}}"""
+        fa, desc_a, step_a = probe.layouts(probe.M, "MN" if ta else "K")[an]
+        fb, desc_b, step_b = probe.layouts(probe.N, "MN" if tb else "K")[bn]
+        ia = np.zeros(4096)
+        ib = np.zeros(8192)
+        mn, k = np.meshgrid(np.arange(probe.M), np.arange(probe.K), indexing="ij")
+        ia[np.vectorize(fa)(mn, k)] = a
+        mn, k = np.meshgrid(np.arange(probe.N), np.arange(probe.K), indexing="ij")
+        ib[np.vectorize(fb)(mn, k)] = b
+        ctx = ir.Context()
+        latch.dialect.load(ctx)
+        with ctx, ir.Location.unknown():
+            mod = ir.Module.parse(host)
+            sim = Simt(mod)
+            try:
+                sim.run([ia, ib, np.zeros(8192), desc_a, desc_b, step_a, step_b])
+                got = np.asarray(sim.arguments[2]).reshape(128, probe.N // 2)
+                d = np.full((probe.M, probe.N), np.nan)
+                d[row, col] = got
+                exact_here = bool(np.array_equal(d, want))
+            except AssertionError:       # an operand outside shared memory, unwritten...
+                exact_here = False
+        assert exact_here == exact_on_gpu, (ta, tb, an, bn)
+        agree += 1
+    assert agree == len(cases)
