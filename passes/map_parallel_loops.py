@@ -27,10 +27,18 @@ legal when no iteration reads what another one writes: every load from an alloca
 body stores to reads exactly the stored element (the same memref and indices — an in-place
 elementwise update); otherwise the iterations run one after another.
 
+**Vector lanes** (``vector``, default on; ``passes/vector_lanes.py``).  When the fastest
+loop walks the contiguous last dimension of every buffer the body touches, each of those
+iterations becomes ``V`` consecutive ones (``V`` elements of 16 bytes at most: 4 for f32, 8
+for bf16): one ``vector.load``/``vector.store`` per buffer instead of ``V`` scalar accesses,
+the arithmetic cloned per lane, lane-independent values (other loops' index math, a
+per-row scale, a fill's constant) computed once.  The iteration space is then counted in
+vectors, and the several-per-thread sweeps above apply to vectors.
+
 Loops with non-constant bounds or a nested ``scf.parallel`` are left to the upstream passes
 that follow in ``latch-form-kernels``.  Options: ``block`` (thread-block shape, default
 ``32,8``; its product is the number of threads per block), ``per-thread`` (most iterations
-per thread, 1 for one), ``min-blocks``.
+per thread, 1 for one), ``min-blocks``, ``vector`` (bool, default true).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(func.func(convert-linalg-to-parallel-loops), latch-map-parallel-loops)'``
 """
@@ -43,6 +51,7 @@ from latch.passes.base import ModulePass, function_definitions, int_constant, op
 from latch.passes.buffer_views import root
 from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
                                        index_constant)
+from latch.passes.vector_lanes import LaneEmitter, vector_width
 
 _MAX_GRID_X = 2 ** 31 - 1
 
@@ -66,6 +75,7 @@ class MapParallelLoops(ModulePass):
     block: tuple[int, ...] = (32, 8)
     per_thread: int = 4
     min_blocks: int = 2048
+    vector: bool = True
 
     def apply(self, module) -> None:
         threads = math.prod(self.block)
@@ -75,7 +85,7 @@ class MapParallelLoops(ModulePass):
             for inner in list(func_op.regions[0].blocks[0].operations):
                 inner = _op(inner)
                 if inner.name == "scf.parallel":
-                    _map(inner, threads, self.per_thread, self.min_blocks)
+                    _map(inner, threads, self.per_thread, self.min_blocks, self.vector)
 
 
 # ops a straight-line body may hold for several iterations per thread
@@ -125,7 +135,7 @@ def _load_slice(ops) -> list:
     return slice_[::-1]
 
 
-def _map(par, threads: int, most: int = 1, min_blocks: int = 0) -> None:
+def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = False) -> None:
     from mlir import ir
     from mlir.dialects import scf
 
@@ -144,14 +154,31 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0) -> None:
     if total == 0:
         par.erase()
         return
-    block_threads = min(threads, -(-total // 32) * 32)
     body = par.regions[0].blocks[0]
     ops = [_op(o) for o in body.operations if _op(o).name != "scf.reduce"]
-    per = _per_thread(total, block_threads, most, min_blocks) if _straight_line(ops) else 1
+    straight = _straight_line(ops)
+    lanes = vector_width(ops, body.arguments[0], counts[0], *bounds[0][::2]) \
+        if straight and vector else 1
+    if lanes > 1:        # the fastest loop counted in vectors of `lanes` iterations
+        counts = [counts[0] // lanes] + counts[1:]
+        bounds = [(0, counts[0], 1)] + bounds[1:]
+        total //= lanes
+    block_threads = min(threads, -(-total // 32) * 32)
+    per = _per_thread(total, block_threads, most, min_blocks) if straight else 1
     blocks = -(-total // (block_threads * per))
     if blocks > _MAX_GRID_X:
         return
     index = ir.IndexType.get()
+
+    def body_map(ivs) -> dict:
+        if lanes > 1:    # the first lane's index of the fastest loop
+            ivs = [ir.Operation.create("arith.muli", [index],
+                                       [ivs[0], index_constant(lanes)]).result, *ivs[1:]]
+        return dict(zip(body.arguments, ivs))
+
+    def emitter(m):
+        return LaneEmitter(body.arguments[0], m, lanes) if lanes > 1 else None
+
     if per > 1:
         with ir.InsertionPoint(par), par.location:
             _, end, linear = flat_launch(blocks, block_threads, span=block_threads * per)
@@ -170,13 +197,14 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0) -> None:
                     ivs_e = _induction_values(lin, bounds, counts)
                 else:
                     ivs_e = ivs
-                maps.append(dict(zip(body.arguments, ivs_e)))
+                maps.append(body_map(ivs_e))
             first = _load_slice(ops) if _loads_first(ops) else []
-            for m in maps:
-                clone_body_ops(first, m, ())
+            emitters = [emitter(m) for m in maps]
+            for m, em in zip(maps, emitters):
+                em.emit(first) if em else clone_body_ops(first, m, ())
             rest = [o for o in ops if o not in first]
-            for m in maps:
-                clone_body_ops(rest, m, ())
+            for m, em in zip(maps, emitters):
+                em.emit(rest) if em else clone_body_ops(rest, m, ())
         par.erase()
         return
     with ir.InsertionPoint(par), par.location:
@@ -186,6 +214,14 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0) -> None:
         with ir.InsertionPoint(end), par.location:
             guard = scf.IfOp(compare("ult", linear, index_constant(total)))
     inside = ir.InsertionPoint(guard.then_block) if guard else ir.InsertionPoint(end)
+    if lanes > 1:
+        with inside, par.location:
+            em = emitter(body_map(_induction_values(linear, bounds, counts)))
+            em.emit(ops)
+            if guard:
+                scf.YieldOp([])
+        par.erase()
+        return
     with inside, par.location:
         ivs = _induction_values(linear, bounds, counts)
         anchor = scf.YieldOp([]) if guard else end

@@ -4,7 +4,9 @@ all of a thread's iterations issued first where that is legal, one iteration aft
 where it is not — every kernel computes what it computes with one iteration per thread.
 Each body is checked against numpy for per-thread = 1, 2 and 4 (min-blocks=1 so that small
 arrays split), and the structure (how many iterations per thread, whether the loads were
-hoisted) is checked on the pass's output."""
+hoisted) is checked on the pass's output; the second half does the same with vector lanes
+(16-byte accesses along the fastest loop, passes/vector_lanes.py) and checks where they
+are refused."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 from simt import Simt
 
 
-def run_mapped(text: str, args, per_thread: int):
+def run_mapped(text: str, args, per_thread: int, vector: bool = False):
     from mlir import ir
 
     import latch.dialect
@@ -24,7 +26,8 @@ def run_mapped(text: str, args, per_thread: int):
     with ctx, ir.Location.unknown():
         m = ir.Module.parse(text)
         run_pipeline(m, "builtin.module(latch-map-parallel-loops{"
-                        f"per-thread={per_thread} min-blocks=1}},canonicalize,cse)")
+                        f"per-thread={per_thread} min-blocks=1 vector={str(vector).lower()}}}"
+                        ",canonicalize,cse)")
         kernel = str(m)
         assert "scf.parallel" not in kernel and "gpu.launch" in kernel
         sim = Simt(m)
@@ -177,3 +180,172 @@ def test_steps_and_partial_blocks(per_thread):
     np.testing.assert_array_equal(got, want)
     assert len(_ops(_launch_body(kernel), "memref.load")) == 1
     assert "scf.if" in kernel
+
+
+# ---------------------------------------------------------------------------------------
+# vector lanes
+# ---------------------------------------------------------------------------------------
+def _vector_ops(kernel, name):
+    return [line for line in _launch_body(kernel) if f"{name} " in line]
+
+
+@pytest.mark.parametrize("per_thread", [1, 2, 4])
+def test_vector_lanes_in_place_update(per_thread):
+    """AXPY on f32: four lanes, one 16-byte load per operand and one store per vector,
+    loads of all the thread's vectors first."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 1024)).astype(np.float32)
+    y = rng.standard_normal((8, 1024)).astype(np.float32)
+    kernel, (_, got) = run_mapped(AXPY, [x, y], per_thread, vector=True)
+    np.testing.assert_array_equal(got, 2 * x + y)
+    loads = _vector_ops(kernel, "vector.load")
+    stores = _vector_ops(kernel, "vector.store")
+    assert len(loads) == 2 * per_thread and len(stores) == per_thread
+    assert all("vector<4xf32>" in x and "alignment = 16" in x for x in loads + stores)
+    assert not _vector_ops(kernel, "memref.load")
+    lines = _launch_body(kernel)
+    assert max(_ops(lines, "vector.load")) < min(_ops(lines, "vector.store"))
+    assert f"= %c{8 * 1024 // (4 * 256 * per_thread)}," in kernel.split("threads")[0]
+
+
+# a bf16 head permutation ([B, H, T, 64] -> [B, T, H, 64], attention's layout change) and
+# an f32 -> bf16 rounding of the same elements: 8 lanes for the copy (16 bytes of bf16), 4
+# for the rounding (16 bytes of f32)
+PERMUTE = """
+func.func @main(%x: memref<2x3x4x64xbf16>, %y: memref<2x4x3x64xbf16>, %f: memref<2x3x4x64xf32>,
+                %g: memref<2x3x4x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %c64 = arith.constant 64 : index
+  scf.parallel (%d, %t, %h, %b) = (%c0, %c0, %c0, %c0) to (%c64, %c4, %c3, %c2)
+      step (%c1, %c1, %c1, %c1) {
+    %v = memref.load %x[%b, %h, %t, %d] : memref<2x3x4x64xbf16>
+    memref.store %v, %y[%b, %t, %h, %d] : memref<2x4x3x64xbf16>
+    scf.reduce
+  }
+  scf.parallel (%d, %t, %h, %b) = (%c0, %c0, %c0, %c0) to (%c64, %c4, %c3, %c2)
+      step (%c1, %c1, %c1, %c1) {
+    %v = memref.load %f[%b, %h, %t, %d] : memref<2x3x4x64xf32>
+    %r = arith.truncf %v : f32 to bf16
+    memref.store %r, %g[%b, %h, %t, %d] : memref<2x3x4x64xbf16>
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def test_vector_lanes_by_element_size():
+    import torch
+    rng = np.random.default_rng(4)
+    x = torch.tensor(rng.standard_normal((2, 3, 4, 64))).bfloat16().double().numpy()
+    f = rng.standard_normal((2, 3, 4, 64)).astype(np.float32)
+    kernel, (_, y, _, g) = run_mapped(
+        PERMUTE, [x, np.zeros((2, 4, 3, 64)), f, np.zeros((2, 3, 4, 64))], 1, vector=True)
+    np.testing.assert_array_equal(y, x.transpose(0, 2, 1, 3))
+    np.testing.assert_array_equal(g, torch.tensor(f).bfloat16().double().numpy())
+    body = kernel.split("gpu.launch")
+    assert "vector<8xbf16>" in body[1] and "vector<4xf32>" in body[2]
+    assert "vector.store %{{" not in body[2] and "vector<4xbf16>" in body[2]
+
+
+# a fill (a stored value that does not vary: broadcast) and a per-row scale (a load that
+# does not depend on the fastest loop: loaded once for the lanes)
+ROWS = """
+func.func @main(%x: memref<16x256xf32>, %s: memref<16xf32>, %y: memref<16x256xf32>,
+                %z: memref<16x256xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c256 = arith.constant 256 : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%j, %i) = (%c0, %c0) to (%c256, %c16) step (%c1, %c1) {
+    %a = memref.load %x[%i, %j] : memref<16x256xf32>
+    %r = memref.load %s[%i] : memref<16xf32>
+    %p = arith.mulf %a, %r : f32
+    memref.store %p, %y[%i, %j] : memref<16x256xf32>
+    scf.reduce
+  }
+  scf.parallel (%j, %i) = (%c0, %c0) to (%c256, %c16) step (%c1, %c1) {
+    memref.store %zero, %z[%i, %j] : memref<16x256xf32>
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def test_vector_lanes_share_row_values_and_broadcast_fills():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 256)).astype(np.float32)
+    s = rng.standard_normal(16).astype(np.float32)
+    kernel, (_, _, y, z) = run_mapped(
+        ROWS, [x, s, np.zeros((16, 256)), np.ones((16, 256))], 1, vector=True)
+    np.testing.assert_array_equal(y, x * s[:, None])
+    np.testing.assert_array_equal(z, np.zeros((16, 256)))
+    first, second = kernel.split("gpu.launch")[1:3]
+    assert first.count("memref.load") == 1 and first.count("arith.mulf") == 4
+    assert "vector.store" in second and "memref.store" not in second   # a splat, stored
+
+
+# refused: the index in arithmetic (an iota), a transposing store, a step of 2, a buffer
+# stored and read at another index
+REFUSED = {
+    "iota": """
+func.func @main(%y: memref<1024xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = arith.constant 1024 : index
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %k = arith.index_cast %i : index to i32
+    %f = arith.sitofp %k : i32 to f32
+    memref.store %f, %y[%i] : memref<1024xf32>
+    scf.reduce
+  }
+  return
+}""",
+    "transpose": """
+func.func @main(%x: memref<64x64xf32>, %y: memref<64x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = arith.constant 64 : index
+  scf.parallel (%j, %i) = (%c0, %c0) to (%n, %n) step (%c1, %c1) {
+    %v = memref.load %x[%i, %j] : memref<64x64xf32>
+    memref.store %v, %y[%j, %i] : memref<64x64xf32>
+    scf.reduce
+  }
+  return
+}""",
+    "shifted": """
+func.func @main(%x: memref<1025xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = arith.constant 1024 : index
+  %x0 = memref.subview %x[0] [1024] [1] : memref<1025xf32> to memref<1024xf32, strided<[1]>>
+  %x1 = memref.subview %x[1] [1024] [1] : memref<1025xf32> to memref<1024xf32, strided<[1], offset: 1>>
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %v = memref.load %x1[%i] : memref<1024xf32, strided<[1], offset: 1>>
+    memref.store %v, %x0[%i] : memref<1024xf32, strided<[1]>>
+    scf.reduce
+  }
+  return
+}""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_vector_lanes_refused(case):
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(REFUSED[case])
+        run_pipeline(m, "builtin.module(latch-map-parallel-loops{min-blocks=1 vector=true})")
+        text = str(m)
+    assert "gpu.launch" in text and "vector.load" not in text and "vector.store" not in text

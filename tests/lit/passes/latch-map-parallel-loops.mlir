@@ -1,6 +1,7 @@
-// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops)' | FileCheck %s
-// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{block=64})' | FileCheck %s --check-prefix=B64
-// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{per-thread=4 min-blocks=1},canonicalize,cse)' | FileCheck %s --check-prefix=E4
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{vector=false})' | FileCheck %s
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{block=64 vector=false})' | FileCheck %s --check-prefix=B64
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{per-thread=4 min-blocks=1 vector=false},canonicalize,cse)' | FileCheck %s --check-prefix=E4
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{min-blocks=1},canonicalize,cse)' | FileCheck %s --check-prefix=VEC
 // Each top-level scf.parallel with constant bounds becomes one 1-D gpu.launch over its
 // flattened iteration space, the first loop varying fastest; lower bounds and steps are
 // applied after the split; threads past the end are masked.  Here (1..10 step 3) x
@@ -160,6 +161,30 @@ func.func @rows(%x: memref<1024x8xf32>, %y: memref<1024xf32>) {
       scf.yield %t : f32
     }
     memref.store %s, %y[%i] : memref<1024xf32>
+    scf.reduce
+  }
+  return
+}
+
+// -----
+// Vector lanes (the default): the fastest loop walks the contiguous last dimension of
+// both buffers, so each thread takes eight consecutive bf16 elements (16 bytes) at once,
+// and four such vectors per thread (coalesced sweeps of the block): 12 x 4096 elements =
+// 6144 vectors = 6 blocks of 256 threads.
+// VEC-LABEL: func.func @bf16_rows(
+// VEC: gpu.launch blocks({{.*}}) in ({{.*}} = %c6, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// VEC-COUNT-4: vector.load %{{.*}} {alignment = 16 : i64} : memref<12x4096xbf16>, vector<8xbf16>
+// VEC-COUNT-4: vector.store %{{.*}} {alignment = 16 : i64} : memref<12x4096xbf16>, vector<8xbf16>
+// E4-LABEL: func.func @bf16_rows(
+func.func @bf16_rows(%x: memref<12x4096xbf16>, %y: memref<12x4096xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c12 = arith.constant 12 : index
+  %c4096 = arith.constant 4096 : index
+  scf.parallel (%j, %i) = (%c0, %c0) to (%c4096, %c12) step (%c1, %c1) {
+    %v = memref.load %x[%i, %j] : memref<12x4096xbf16>
+    %w = arith.negf %v : bf16
+    memref.store %w, %y[%i, %j] : memref<12x4096xbf16>
     scf.reduce
   }
   return

@@ -387,8 +387,9 @@ func.func @big_sum(%x: memref<65536xf32>, %out: memref<f32>) {
 
 // -----
 // Parallel loops are reversed so that the unit-stride dimension varies fastest; the
-// flattened 4x256 iteration space takes 4 blocks of 256 threads, and thread i of the launch
-// copies element [i / 256, i % 256] (consecutive threads, consecutive addresses).
+// flattened 16x256 iteration space, four f32 lanes a thread, takes 4 blocks of 256
+// threads, and thread i of the launch copies elements [i / 64, 4 (i % 64) ..+3]
+// (consecutive threads, consecutive 16-byte chunks).
 // CHECK-LABEL: func.func @coalesced_copy(
 // CHECK: linalg.generic
 // KERNELS-LABEL: func.func @coalesced_copy(
@@ -400,9 +401,10 @@ func.func @big_sum(%x: memref<65536xf32>, %out: memref<f32>) {
 // KERNELS: %[[I:.*]] = arith.addi
 // KERNELS-DAG: %[[COL:.*]] = arith.remui %[[I]], %{{.*}}
 // KERNELS-DAG: %[[ROW:.*]] = arith.divui %[[I]], %{{.*}}
-// KERNELS: memref.load %{{.*}}[%[[ROW]], %[[COL]]]
-func.func @coalesced_copy(%a: memref<4x256xf32>, %b: memref<4x256xf32>) {
-  memref.copy %a, %b : memref<4x256xf32> to memref<4x256xf32>
+// KERNELS: %[[COL4:.*]] = arith.muli %[[COL]], %{{.*}}
+// KERNELS: vector.load %{{.*}}[%[[ROW]], %[[COL4]]] {alignment = 16 : i64} : memref<16x256xf32>, vector<4xf32>
+func.func @coalesced_copy(%a: memref<16x256xf32>, %b: memref<16x256xf32>) {
+  memref.copy %a, %b : memref<16x256xf32> to memref<16x256xf32>
   return
 }
 

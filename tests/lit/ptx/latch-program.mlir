@@ -10,7 +10,8 @@
 // Full reductions (the loss, the squared gradient norm) run as one block of 256 threads
 // combining partial sums with warp shuffles; the scalar code (clip coefficient, schedule)
 // runs in a one-thread kernel; the SGD-momentum step is one fused elementwise kernel:
-// buf' = m·buf + g; p' = p − lr·buf', storing both the parameter and the buffer.
+// buf' = m·buf + g; p' = p − lr·buf', storing both the parameter and the buffer, four f32
+// lanes per thread (16-byte loads and stores).
 // The two products with the data matrix (the residual and the gradient) are contraction
 // kernels (latch_contract_*, after the other kernels); the gradient's output [64, 16] is
 // too small to fill the GPU, so it is split along k and update_kernel_3 adds the slices; the residual writes its
@@ -22,12 +23,13 @@
 // CHECK: ld.global.b32
 // CHECK: add.rn.f32
 // CHECK: gpu.binary "update_kernel_6"
+// CHECK: ld.global.v4.b32
 // CHECK: mul.rn.f32 [[MB:%r[0-9]+]],
 // CHECK: add.rn.f32 [[BUF:%r[0-9]+]],
 // CHECK: mul.rn.f32 [[STEP:%r[0-9]+]], {{%r[0-9]+}}, [[BUF]]
 // CHECK: sub.rn.f32 [[P:%r[0-9]+]], {{%r[0-9]+}}, [[STEP]]
-// CHECK: st.global.b32 [{{%rd[0-9]+}}], [[P]]
-// CHECK: st.global.b32 [{{%rd[0-9]+}}], [[BUF]]
+// CHECK: st.global.v4.b32 [{{%rd[0-9]+}}], {[[P]],
+// CHECK: st.global.v4.b32 [{{%rd[0-9]+}}], {[[BUF]],
 // CHECK: gpu.binary "latch_contract_0"
 // CHECK: fma.rn.f32
 // CHECK: gpu.binary "latch_contract_1"

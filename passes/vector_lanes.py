@@ -1,0 +1,179 @@
+"""Vector lanes for ``latch-map-parallel-loops``: a thread runs ``V`` consecutive iterations
+of the fastest loop with 16-byte memory accesses.
+
+An elementwise kernel whose threads load and store one element each moves 2 or 4 bytes per
+instruction; the memory system wants 16 (the H200's copy bandwidth is reached with 16-byte
+accesses, HOPPER.md).  When the fastest loop of a straight-line body walks the contiguous
+(unit-stride) last dimension of every buffer it touches, ``V`` consecutive iterations are
+``V`` consecutive elements of each: one ``vector.load`` / ``vector.store`` of ``V`` elements
+(``V * bytes <= 16``) replaces ``V`` scalar accesses, and the arithmetic between them is
+cloned once per lane on ``vector.extract``-ed scalars (so every op lowers exactly as in a
+scalar kernel).  Values that do not depend on the fastest loop (index math of the other
+loops, a per-row scale, a constant) are computed once and shared by the lanes; a stored
+value that does not vary is broadcast.
+
+Refused (the loop keeps scalar iterations) when: the fastest loop's index is used other than
+as the last index of a load or store; a buffer's last dimension is not contiguous, not a
+multiple of ``V`` long, or its other strides or offset would misalign a ``V``-element access;
+an index other than the last depends on a loaded value (a gather); a store's last index is
+not the fastest loop's (lanes would write one element); a buffer the body stores to is also
+read at other indices (lanes would see each other's writes); or a buffer holds ``i1``.
+"""
+from __future__ import annotations
+
+_MAX_BYTES = 16
+
+
+def _bytes(elt) -> int | None:
+    from mlir import ir
+
+    if isinstance(elt, (ir.F32Type,)):
+        return 4
+    if isinstance(elt, (ir.BF16Type, ir.F16Type)):
+        return 2
+    if isinstance(elt, ir.F64Type):
+        return 8
+    if isinstance(elt, ir.IntegerType):
+        w = ir.IntegerType(elt).width
+        return w // 8 if w in (8, 16, 32, 64) else None
+    if isinstance(elt, ir.IndexType):
+        return None
+    return None
+
+
+def vector_width(ops, iv, count: int, lo: int, step: int) -> int:
+    """Lanes per thread for the straight-line body ``ops`` whose fastest loop index is the
+    block argument ``iv`` (``count`` iterations from ``lo`` by ``step``): the largest ``V``
+    with ``V * element bytes <= 16`` for every buffer accessed along ``iv`` that the checks
+    above allow, or 1."""
+    from mlir import ir
+
+    from latch.passes.buffer_views import root
+
+    if lo != 0 or step != 1:
+        return 1
+    varying = {iv}
+    widest = 0
+    lanes = []            # (memref type) of every access along iv
+    stored_roots = {}
+    for op in ops:
+        name = op.name
+        if name in ("memref.load", "memref.store"):
+            mem = op.operands[0] if name == "memref.load" else op.operands[1]
+            idx = list(op.operands)[1:] if name == "memref.load" else list(op.operands)[2:]
+            if any(v in varying for v in idx[:-1]):
+                return 1                     # a gather, or the fastest index elsewhere
+            along = bool(idx) and idx[-1] == iv
+            if idx and idx[-1] in varying and not along:
+                return 1                     # a computed last index
+            if name == "memref.store":
+                if not along:
+                    return 1
+                stored_roots.setdefault(root(mem), []).append((mem, idx))
+            if along:
+                mt = ir.MemRefType(mem.type)
+                nbytes = _bytes(mt.element_type)
+                if nbytes is None:          # i1 (bit-packed by later passes), index
+                    return 1
+                lanes.append(mt)
+                widest = max(widest, nbytes)
+                if name == "memref.load":
+                    varying.add(op.results[0])
+            continue
+        if any(v == iv for v in op.operands):
+            return 1                         # the index used in arithmetic
+        if any(v in varying for v in op.operands):
+            varying.update(op.results)
+    if not lanes:
+        return 1
+    for op in ops:                           # in-place updates only
+        if op.name == "memref.load" and root(op.operands[0]) in stored_roots:
+            idx = list(op.operands)[1:]
+            if any(m != op.operands[0] or i != idx
+                   for m, i in stored_roots[root(op.operands[0])]):
+                return 1
+    v = _MAX_BYTES // widest
+    while v > 1:
+        if count % v == 0 and all(_aligned(mt, v) for mt in lanes):
+            return v
+        v //= 2
+    return 1
+
+
+def _aligned(mt, v: int) -> bool:
+    """Whether every ``v``-element run starting at a multiple of ``v`` of the last index is
+    contiguous and ``v``-element aligned (buffers themselves are 256-byte aligned)."""
+    strides, offset = mt.get_strides_and_offset()
+    dyn = -9223372036854775808
+    if not strides or strides[-1] != 1 or mt.shape[-1] % v or offset == dyn or offset % v:
+        return False
+    return all(s != dyn and s % v == 0 for s in strides[:-1])
+
+
+class LaneEmitter:
+    """Emits the body ``ops`` for one vector of ``v`` lanes at the current insertion point:
+    ``mapping`` maps the fastest loop's index to the first lane's (a multiple of ``v``) and
+    the other block arguments to their values; loads along that index become vector loads,
+    ops that depend on them are cloned per lane, stores become vector stores.  ``emit`` may
+    be called on consecutive slices of the body (loads first, the rest later)."""
+
+    def __init__(self, iv, mapping: dict, v: int):
+        self.iv, self.v = iv, v
+        self.shared = dict(mapping)              # lane-independent values
+        self.lanes = [dict() for _ in range(v)]  # per lane: body value -> lane value
+
+    def _value(self, x, j):
+        return self.lanes[j].get(x, self.shared.get(x, x))
+
+    def emit(self, ops) -> None:
+        from mlir import ir
+
+        for op in ops:
+            name = op.name
+            varying = any(o in self.lanes[0] for o in op.operands)
+            if name == "memref.load" and list(op.operands)[-1] == self.iv:
+                mem = self.shared.get(op.operands[0], op.operands[0])
+                idx = [self.shared.get(x, x) for x in list(op.operands)[1:]]
+                elt = ir.MemRefType(op.operands[0].type).element_type
+                vt = ir.VectorType.get([self.v], elt)
+                vec = ir.Operation.create(
+                    "vector.load", [vt], [mem] + idx,
+                    attributes={"alignment": ir.IntegerAttr.get(
+                        ir.IntegerType.get_signless(64), self.v * _bytes(elt))}).result
+                for j in range(self.v):
+                    self.lanes[j][op.results[0]] = ir.Operation.create(
+                        "vector.extract", [elt], [vec],
+                        attributes={"static_position": ir.DenseI64ArrayAttr.get([j])}).result
+                continue
+            if name == "memref.store":
+                value, mem = op.operands[0], op.operands[1]
+                mem = self.shared.get(mem, mem)
+                idx = [self.shared.get(x, x) for x in list(op.operands)[2:]]
+                elt = ir.MemRefType(op.operands[1].type).element_type
+                vt = ir.VectorType.get([self.v], elt)
+                if value in self.lanes[0]:
+                    vec = ir.Operation.create("vector.from_elements", [vt],
+                                              [self._value(value, j) for j in range(self.v)]
+                                              ).result
+                else:
+                    vec = ir.Operation.create("vector.broadcast", [vt],
+                                              [self.shared.get(value, value)]).result
+                ir.Operation.create(
+                    "vector.store", [], [vec, mem] + idx,
+                    attributes={"alignment": ir.IntegerAttr.get(
+                        ir.IntegerType.get_signless(64), self.v * _bytes(elt))})
+                continue
+            if not varying:                      # once, shared by the lanes
+                new = op.clone()
+                for i, operand in enumerate(list(new.operands)):
+                    if operand in self.shared:
+                        new.operands[i] = self.shared[operand]
+                for old_r, new_r in zip(op.results, new.results):
+                    self.shared[old_r] = new_r
+                continue
+            for j in range(self.v):              # per lane
+                new = op.clone()
+                for i, operand in enumerate(list(new.operands)):
+                    new.operands[i] = self._value(operand, j)
+                for old_r, new_r in zip(op.results, new.results):
+                    self.lanes[j][old_r] = new_r
