@@ -22,6 +22,7 @@ PASSES: dict[str, str] = {
     "latch-recompute-elementwise": "recompute_elementwise:RecomputeElementwise",
     "latch-plan-memory": "plan_memory:PlanMemory",
     "latch-wrap-host-compute": "wrap_host_compute:WrapHostCompute",
+    "latch-forward-zero-fills": "zero_fills:ForwardZeroFills",
     "latch-form-contraction-kernels": "form_contraction_kernels:FormContractionKernels",
     "latch-map-parallel-loops": "map_parallel_loops:MapParallelLoops",
     "latch-widen-i1-memrefs": "widen_i1_memrefs:WidenI1Memrefs",

@@ -64,7 +64,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "contractions become tiled (tensor-core) kernels, the parallel loops of each other "
         "linalg op become outlined gpu.func kernels, and the host keeps only the launch "
         "schedule",
-        ("latch-form-attention-kernels", "latch-wrap-host-compute",
+        ("latch-form-attention-kernels", "latch-wrap-host-compute", "latch-forward-zero-fills",
          "latch-form-contraction-kernels{{mma={mma} chip={chip}}}",
          "func.func(convert-linalg-to-parallel-loops)", "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
