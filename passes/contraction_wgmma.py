@@ -40,7 +40,8 @@ reading it before the barrier).  So STAGES - 2 tiles are loading while one multi
 from __future__ import annotations
 
 from latch.passes.form_contraction_kernels import (
-    _WG, Contraction, _begin, _epilogue, _Kernel, _module, _signature, _staging, _Text)
+    _WG, Contraction, _begin, _epilogue, _Kernel, _module, _signature, _staging, _Text,
+    copy_chunk)
 
 BM, BK, THREADS = 128, 64, 256
 #: n width of the output tile (128 or 256; None: :func:`n_tile` chooses per contraction)
@@ -145,15 +146,8 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
                 dims = dict(batch)
                 dims.update(k.split(group, fr))
                 dims.update(k.split("k", fk))
-                src = f"%I{i}[{k.indices(i, dims)}]"
-                if how.endswith("-f32"):     # 8 f32 -> 8 bf16 through registers
-                    x = t.emit(f"vector.load {src} {{alignment = 16}} : {mtype}, vector<8xf32>")
-                    y = t.emit(f"arith.truncf {x} : vector<8xf32> to vector<8xbf16>")
-                    t.line(f"vector.store {y}, {sm}[{dst}] {{alignment = 16}} : {sm_type}, "
-                           "vector<8xbf16>")
-                else:
-                    t.emit(f"nvgpu.device_async_copy {src}, {sm}[{dst}], 8 {{bypassL1}} : "
-                           f"{mtype} to {sm_type}")
+                copy_chunk(t, how, f"%I{i}[{k.indices(i, dims)}]", mtype, f"{sm}[{dst}]",
+                           sm_type)
 
     # the k-tile loop over this block's tiles (all, or its split-K slice)
     n_tiles = K // BK

@@ -825,15 +825,8 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1,
                 dims = dict(batch)
                 dims.update(k.split(group, fr))
                 dims.update(k.split("k", fk))
-                src, dst = f"%I{i}[{k.indices(i, dims)}]", f"{smem}[{stage}, {r}, {c8}]"
-                if how.endswith("-f32"):     # 8 f32 -> 8 bf16 through registers
-                    x = t.emit(f"vector.load {src} {{alignment = 16}} : {mtype}, vector<8xf32>")
-                    y = t.emit(f"arith.truncf {x} : vector<8xf32> to vector<8xbf16>")
-                    t.line(f"vector.store {y}, {dst} {{alignment = 16}} : {stype}, "
-                           "vector<8xbf16>")
-                else:
-                    t.emit(f"nvgpu.device_async_copy {src}, {dst}, 8 {{bypassL1}} : "
-                           f"{mtype} to {stype}")
+                copy_chunk(t, how, f"%I{i}[{k.indices(i, dims)}]", mtype,
+                           f"{smem}[{stage}, {r}, {c8}]", stype)
 
     copies = any(how in ("k", "rows") for how, *_ in operands)
     lo_hi = []
@@ -928,6 +921,19 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1,
     text = _module(name, _signature(con, None, THREADS, splits), t)
     grid = (-(-N // BN), -(-M // BM), max(1, con.size("batch")) * splits)
     return text, grid, (THREADS, 1, 1), offset
+
+
+def copy_chunk(t: _Text, how: str, src: str, src_type: str, dst: str, dst_type: str) -> None:
+    """Eight bf16 factor elements from ``src`` into shared memory at ``dst``: one 16-byte
+    ``cp.async``, or (staging ``*-f32``: an f32 input rounded to bf16 in the product) eight
+    f32 loaded by the thread, rounded and stored."""
+    if how.endswith("-f32"):
+        x = t.emit(f"vector.load {src} {{alignment = 16}} : {src_type}, vector<8xf32>")
+        y = t.emit(f"arith.truncf {x} : vector<8xf32> to vector<8xbf16>")
+        t.line(f"vector.store {y}, {dst} {{alignment = 16}} : {dst_type}, vector<8xbf16>")
+    else:
+        t.emit(f"nvgpu.device_async_copy {src}, {dst}, 8 {{bypassL1}} : {src_type} to "
+               f"{dst_type}")
 
 
 def _bytes(memref_type: str) -> int:
