@@ -33,7 +33,7 @@ def main(path: str) -> None:
         ptx = _ptx_of(module)
         kernels = ptx.count(".entry ")
         print(f"total {1e3 * (time.perf_counter() - t0):.0f} ms: {kernels} kernels, "
-              f"{len(ptx)} bytes of PTX for sm_90{plan}")
+              f"{len(ptx)} bytes of PTX for sm_90a{plan}")
         print("---- first kernel's PTX (head) ----")
         print("\n".join(ptx.splitlines()[:24]))
 
