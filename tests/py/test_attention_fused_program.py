@@ -17,10 +17,12 @@ import torch.nn.functional as F
 
 from simt import Simt
 
-# latch-form-kernels up to its kernels, without the lowering to cf the interpreter skips
+# latch-form-kernels as the cuda target runs it (sm_90a, zero fills forwarded, vector lanes)
+# up to its kernels, without the lowering to cf the interpreter skips
 FORM = ("builtin.module(latch-form-attention-kernels, latch-wrap-host-compute, "
-        "latch-form-contraction-kernels, func.func(convert-linalg-to-parallel-loops), "
-        "latch-map-parallel-loops{block=32,8}, lower-affine, canonicalize, cse)")
+        "latch-forward-zero-fills, latch-form-contraction-kernels{chip=sm_90a}, "
+        "func.func(convert-linalg-to-parallel-loops), latch-map-parallel-loops{block=32,8}, "
+        "lower-affine, canonicalize, cse)")
 
 
 class CausalSelfAttention(nn.Module):
@@ -91,6 +93,7 @@ def test_fused_update_matches_float64_like_the_decomposed_one(tmp_path, monkeypa
     assert fused[1] < flash[1]                             # fewer launches
     assert "x128x128x" not in fused[2] and "x128x128x" in flash[2]    # no score buffers
     assert fused[2].count("@attention_dkdv") == 2          # module symbol + its launch
+    assert "vector.load" in fused[2]                       # vector lanes in the rest
     assert "1 forward and 2 backward launches" in got["fused"][3]
 
 
