@@ -58,8 +58,10 @@ def stored_shapes(batch, m, k, n, layout) -> tuple[tuple, tuple]:
     return lead + a, lead + b
 
 
-def mlir_text(batch, m, k, n, layout="nn") -> str:
-    """``c = a @ b`` (a and b stored as ``layout`` says) as a linalg.generic on tensors."""
+def mlir_text(batch, m, k, n, layout="nn", out: str = "f32") -> str:
+    """``c = a @ b`` (a and b stored as ``layout`` says) as a linalg.generic on tensors;
+    ``out="bf16"``: the f32 sums rounded to bf16 (what autocast's matmul returns, and what
+    cuBLAS writes: the contraction kernel then writes the rounded sums itself)."""
     sa, sb = stored_shapes(batch, m, k, n, layout)
     lead = "" if batch is None else "b, "
     dims = f"({lead}m, n, k)"
@@ -69,7 +71,7 @@ def mlir_text(batch, m, k, n, layout="nn") -> str:
     its = ('"parallel", ' if batch else "") + '"parallel", "parallel", "reduction"'
     ta, tb = ("x".join(map(str, x)) for x in (sa, sb))
     tc = "x".join(map(str, (() if batch is None else (batch,)) + (m, n)))
-    return f"""func.func @gemm(%a: tensor<{ta}xbf16>, %b: tensor<{tb}xbf16>) -> tensor<{tc}xf32> {{
+    return f"""func.func @gemm(%a: tensor<{ta}xbf16>, %b: tensor<{tb}xbf16>) -> tensor<{tc}x{out}> {{
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<{tc}xf32>
   %z = linalg.fill ins(%zero : f32) outs(%e : tensor<{tc}xf32>) -> tensor<{tc}xf32>
@@ -83,17 +85,34 @@ def mlir_text(batch, m, k, n, layout="nn") -> str:
     %s = arith.addf %acc, %p : f32
     linalg.yield %s : f32
   }} -> tensor<{tc}xf32>
-  return %r : tensor<{tc}xf32>
+{_rounded(tc, its.count("parallel")) if out == "bf16" else f"  return %r : tensor<{tc}xf32>"}
 }}
 """
+
+
+def _rounded(tc: str, rank: int) -> str:
+    """The body's tail for ``out="bf16"``: round %r to bf16 and return that."""
+    ids = ", ".join(f"d{i}" for i in range(rank))
+    its = ", ".join(['"parallel"'] * rank)
+    ident = f"affine_map<({ids}) -> ({ids})>"
+    return f"""  %e16 = tensor.empty() : tensor<{tc}xbf16>
+  %r16 = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{its}]}}
+      ins(%r : tensor<{tc}xf32>) outs(%e16 : tensor<{tc}xbf16>) {{
+  ^bb0(%v: f32, %o: bf16):
+    %t = arith.truncf %v : f32 to bf16
+    linalg.yield %t : bf16
+  }} -> tensor<{tc}xbf16>
+  return %r16 : tensor<{tc}xbf16>"""
 
 
 #: build variants, measured side by side with the default build (each written as
 #: <shape>-<variant>.latch): "mmasync" — the sm_90 mma.sync kernel the wgmma one replaced;
 #: "wide" / "deep" — that kernel's 128x256 tile and 64-deep k-tiles (measured, left off);
 #: "n128", "n256", "s3", "n256s3" — the wgmma kernel with 128x128 / 128x256 tiles
-#: everywhere (by default contraction_wgmma.n_tile chooses) and/or three stages
-VARIANTS = ("mmasync", "wide", "deep", "n128", "n256", "s3", "n256s3")
+#: everywhere (by default contraction_wgmma.n_tile chooses) and/or three stages;
+#: "bf16out" — the default kernels writing the sums rounded to bf16, as cuBLAS does (and as
+#: the model's autocast products do)
+VARIANTS = ("mmasync", "wide", "deep", "n128", "n256", "s3", "n256s3", "bf16out")
 
 
 def build(only, variant: str = "") -> int:
@@ -114,7 +133,8 @@ def build(only, variant: str = "") -> int:
         if only and name not in only:
             continue
         t0 = time.perf_counter()
-        m = compile_update_to_artifact(mlir_text(*shape),
+        out = "bf16" if variant == "bf16out" else "f32"
+        m = compile_update_to_artifact(mlir_text(*shape, out=out),
                                        os.path.join(ART, f"{name}{suffix}.latch"), chip=chip)
         kinds = [la["module"] for la in m["launches"]]
         print(f"{name}{suffix}: {len(kinds)} launches {kinds}, "
@@ -184,7 +204,7 @@ def _measure(name, path, a, b, ma, mb, flop, timed, rec) -> list:
     prog = latch.load(path)
     out = prog(a, b)
     ref = torch.matmul(ma.float(), mb.float())
-    err = float((out - ref).norm() / ref.norm())
+    err = float((out.float() - ref).norm() / ref.norm())
     del ref, out
     first = next(i for i, la in enumerate(prog.launches)
                  if la.spec["module"].startswith("latch_contract"))

@@ -265,3 +265,40 @@ def test_wgmma_writes_a_zeroed_output_rounded_to_bf16():
     ref = (a @ b).float().bfloat16().double()
     assert torch.equal(got, got.bfloat16().double())
     assert float((got - ref).norm() / ref.norm()) < 2e-3
+
+
+def test_bench_gemm_with_bf16_output_is_one_wgmma_kernel():
+    """bench/gemm_shapes.py's ``bf16out`` form (the sums rounded to bf16, as cuBLAS and
+    autocast write them) through latch-bufferize and the sm_90a kernels: one wgmma launch
+    that writes the rounded sums itself, equal to float64 rounded to bf16 (up to order)."""
+    import torch
+    from pathlib import Path
+
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+    from test_contraction_simt import _bf16
+
+    sys.path.insert(0, str(Path(ROOT) / "bench"))
+    from gemm_shapes import mlir_text
+
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(mlir_text(None, 136, 128, 200, "nt", out="bf16"))
+        run_pipeline(m, "builtin.module(inline, latch-bufferize)")
+        run_pipeline(m, "builtin.module(latch-wrap-host-compute, latch-forward-zero-fills, "
+                        "latch-form-contraction-kernels{chip=sm_90a})")
+        text = str(m)
+        host = text.split("gpu.module")[0]
+        assert host.count("gpu.launch_func") == 1 and "linalg.generic" not in host
+        assert "nvvm.wgmma.mma_async" in text and "vector<2xbf16>" in text
+        g = torch.Generator().manual_seed(0)
+        a = _bf16(torch.randn(136, 128, generator=g, dtype=torch.float64))
+        b = _bf16(torch.randn(200, 128, generator=g, dtype=torch.float64))
+        out, = Simt(m).run([a.numpy(), b.numpy()])
+    got = torch.from_numpy(np.asarray(out, np.float64))
+    ref = (a @ b.T).float().bfloat16().double()
+    assert torch.equal(got, got.bfloat16().double())
+    assert float((got - ref).norm() / ref.norm()) < 2e-3
