@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from latch.passes.form_contraction_kernels import (
     _WG, Contraction, _begin, _epilogue, _Kernel, _module, _signature, _staging, _Text,
-    copy_chunk)
+    copy_chunk, k_tile_range)
 
 BM, BK, THREADS = 128, 64, 256
 #: n width of the output tile (128 or 256; None: :func:`n_tile` chooses per contraction)
@@ -150,12 +150,7 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
                            sm_type)
 
     # the k-tile loop over this block's tiles (all, or its split-K slice)
-    n_tiles = K // BK
-    lo, hi = t.const(0), t.const(n_tiles)
-    if splits > 1:
-        per = -(-n_tiles // splits)
-        lo = t.mul(k.slice, per)
-        hi = t.arith("minui", t.add(lo, per), n_tiles)
+    lo, hi = k_tile_range(t, k, K // BK)
     acc_type = "!llvm.struct<(" + ", ".join(["f32"] * (bn // 2)) + ")>"
     zero = t.emit("llvm.mlir.constant(0.0 : f32) : f32")
     acc = t.emit(f"llvm.mlir.undef : {acc_type}")

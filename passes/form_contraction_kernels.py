@@ -416,29 +416,48 @@ def _zeroing_ops(op, c) -> list | None:
     if writer is None or ir.MemRefType(base.type).shape != ir.MemRefType(c.type).shape or \
             _reads_between(writer, op, base):
         return None
-    if _writes_zero(writer):
+    if writes_zero(writer):
         return [writer]
-    block = writer.regions[0].blocks[0]
-    yielded = _op(list(block.operations)[-1]).operands[0]
-    ins = list(writer.operands)[:-1]
-    if len(ins) != 1 or not isinstance(ins[0].type, ir.MemRefType) or \
-            not hasattr(yielded.owner, "arguments") or yielded.owner != block or \
-            ir.BlockArgument(yielded).arg_number != 0:
+    source = copied_buffer(writer)
+    if source is None:
         return None                         # not a copy
-    fill = last_writer(ins[0], writer)
-    if fill is None or not _writes_zero(fill):     # (readers in between change nothing)
+    fill = last_writer(source, writer)
+    if fill is None or not writes_zero(fill):     # (readers in between change nothing)
         return None
-    others = [u for u in users(root(ins[0])) if u != fill and u != writer]
+    others = [u for u in users(root(source)) if u != fill and u != writer]
     return [writer] + ([] if others else [fill])      # the fill too when only the copy read it
 
 
-def _writes_zero(generic) -> bool:
-    """Whether the generic's body yields the constant 0.0 (directly or as its scalar input)
-    and it reads no buffer."""
+def copied_buffer(generic):
+    """The buffer a ``linalg.generic`` copies into its one output — its only input, a
+    memref, yielded unchanged — else None."""
     from mlir import ir
 
+    if generic.name != "linalg.generic" or \
+            list(ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"])) != [1, 1] or \
+            not isinstance(generic.operands[0].type, ir.MemRefType):
+        return None
     block = generic.regions[0].blocks[0]
-    yielded = _op(list(block.operations)[-1]).operands[0]
+    yields = list(_op(list(block.operations)[-1]).operands)
+    if len(yields) != 1 or not hasattr(yields[0].owner, "arguments") or \
+            yields[0].owner != block or ir.BlockArgument(yields[0]).arg_number != 0:
+        return None
+    return generic.operands[0]
+
+
+def writes_zero(generic) -> bool:
+    """Whether ``generic`` is a ``linalg.generic`` with one output whose body yields the
+    constant 0.0 (directly or as its scalar input) and that reads no buffer."""
+    from mlir import ir
+
+    if generic.name != "linalg.generic" or \
+            list(ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"]))[1] != 1:
+        return False
+    block = generic.regions[0].blocks[0]
+    yields = list(_op(list(block.operations)[-1]).operands)
+    if len(yields) != 1:
+        return False
+    yielded = yields[0]
     if hasattr(yielded.owner, "arguments"):          # the fill's scalar input
         if yielded.owner != block:
             return False
@@ -733,6 +752,15 @@ def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
     return tid, m0, n0, batch
 
 
+def k_tile_range(t: _Text, k: _Kernel, n_tiles: int) -> tuple[str, str]:
+    """(first, end) of this block's k-tiles: all ``n_tiles``, or its split-K slice."""
+    if k.splits == 1:
+        return t.const(0), t.const(n_tiles)
+    per = -(-n_tiles // k.splits)
+    lo = t.mul(k.slice, per)
+    return lo, t.arith("minui", t.add(lo, per), n_tiles)
+
+
 def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str,
                  bounds: list | None = None):
     """Open the loop over this block's k-tiles (all of them, or its split-K slice); its
@@ -742,11 +770,7 @@ def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str,
     results = t.fresh()
     args = ", ".join(f"{a} = {zero}" for a in accs)
     types = ", ".join(["f32"] * n_acc)
-    lo, hi = t.const(0), t.const(n_tiles)
-    if k.splits > 1:
-        per = -(-n_tiles // k.splits)
-        lo = t.mul(k.slice, per)
-        hi = t.arith("minui", t.add(lo, per), n_tiles)
+    lo, hi = k_tile_range(t, k, n_tiles)
     if bounds is not None:
         bounds += [lo, hi]
     t.line(f"{results}:{n_acc} = scf.for {kt} = {lo} to {hi} "

@@ -25,20 +25,16 @@ _MAX_BYTES = 16
 
 
 def _bytes(elt) -> int | None:
+    """Bytes of a memref element a vector access may move; None for i1 (bit-packed by later
+    passes) and index."""
     from mlir import ir
 
-    if isinstance(elt, (ir.F32Type,)):
-        return 4
-    if isinstance(elt, (ir.BF16Type, ir.F16Type)):
-        return 2
-    if isinstance(elt, ir.F64Type):
-        return 8
-    if isinstance(elt, ir.IntegerType):
-        w = ir.IntegerType(elt).width
-        return w // 8 if w in (8, 16, 32, 64) else None
+    from latch.passes.base import element_bits
+
     if isinstance(elt, ir.IndexType):
         return None
-    return None
+    bits = element_bits(elt)
+    return bits // 8 if bits in (8, 16, 32, 64) else None
 
 
 def vector_width(ops, iv, count: int, lo: int, step: int) -> int:

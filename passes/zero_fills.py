@@ -25,34 +25,22 @@ import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.buffer_views import last_writer, root, users
+from latch.passes.form_contraction_kernels import copied_buffer, writes_zero
 
 
 def _copy_operands(op):
-    """(source, destination) of a copying generic (one buffer in, one out, all parallel,
-    the same indexing of both, yielding the input element), else None."""
+    """(source, destination) of a copying generic that reads and writes the same element
+    (the same indexing of both, all loops parallel), else None."""
     from mlir import ir
 
     if op.name != "linalg.generic":
         return None
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    if seg != [1, 1]:
-        return None
-    src, dst = op.operands[0], op.operands[1]
-    if not isinstance(src.type, ir.MemRefType) or not isinstance(dst.type, ir.MemRefType):
-        return None
+    src = copied_buffer(op)
     maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
-    if str(maps[0]) != str(maps[1]) or \
+    if src is None or str(maps[0]) != str(maps[1]) or \
             not all("parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
         return None
-    block = op.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    if len(body) != 1:
-        return None
-    yielded = body[0].operands[0]
-    if not hasattr(yielded.owner, "arguments") or yielded.owner != block or \
-            ir.BlockArgument(yielded).arg_number != 0:
-        return None
-    return src, dst
+    return src, op.operands[1]
 
 
 def _fill(dst, indexing_map, iterators, attributes) -> None:
@@ -70,20 +58,6 @@ def _fill(dst, indexing_map, iterators, attributes) -> None:
     block = op.regions[0].blocks.append(elt)
     with ir.InsertionPoint(block):
         ir.Operation.create("linalg.yield", [], [zero])
-
-
-def _is_zero_fill(op) -> bool:
-    """A generic with one output, writing 0.0 and reading no buffer."""
-    from mlir import ir
-
-    from latch.passes.form_contraction_kernels import _writes_zero
-
-    if op.name != "linalg.generic":
-        return False
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    block = op.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    return seg[1] == 1 and bool(body) and len(body[-1].operands) == 1 and _writes_zero(op)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,21 +78,20 @@ class ForwardZeroFills(ModulePass):
                     continue
                 src, dst = pair
                 source_fill = last_writer(src, op)
-                if source_fill is None or not _is_zero_fill(source_fill):
+                if source_fill is None or not writes_zero(source_fill):
                     continue
                 maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
-                names = [getattr(a, "name", a) for a in op.attributes]
-                keep = {n: op.attributes[n] for n in names if n.startswith("latch.")}
+                keep = {n: op.attributes[n] for n in op.attributes if n.startswith("latch.")}
                 with ir.InsertionPoint(op), op.location:
                     _fill(dst, maps[1], op.attributes["iterator_types"], keep)
                 op.erase()
             # zero fills of allocations that nothing reads
             for op in list(block.operations):
                 op = _op(op)
-                if not _is_zero_fill(op):
+                if not writes_zero(op):
                     continue
                 base = root(op.operands[len(op.operands) - 1])
                 if hasattr(base.owner, "arguments") or _op(base.owner).name != "memref.alloc":
                     continue
-                if all(_is_zero_fill(u) for u in users(base)):
+                if all(writes_zero(u) for u in users(base)):
                     op.erase()

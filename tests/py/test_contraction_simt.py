@@ -887,17 +887,17 @@ func.func @main(%x: memref<96x80xbf16>, %w: memref<80x72xbf16>) -> memref<96x72x
 """
 
 
-@pytest.mark.parametrize("options", ["", "{mma=false}"])
-def test_rounded_output_written_by_the_kernel(options):
-    """A zeroed product read only by its bf16 rounding: the kernel stores the rounded sums
-    into the copy's buffer (edge tiles included: 96 x 72 is not a multiple of the tile) —
-    the same values as rounding the f32 sums."""
-    m, ctx = run_pass(ROUNDED, options)
+def check_rounded(options: str, k: int = 80) -> str:
+    """ROUNDED (with a ``k``-long reduction) through the pass with ``options``, interpreted:
+    nothing is left on the host but the launch writing the bf16 buffer, and its values are
+    the f32 sums rounded to bf16.  Returns the module's text."""
+    m, ctx = run_pass(ROUNDED.replace("96x80xbf16", f"96x{k}xbf16")
+                      .replace("80x72xbf16", f"{k}x72xbf16"), options)
     host = str(m).split("gpu.module")[0]
     assert "linalg.generic" not in host and "memref<96x72xbf16>)" in host
     g = torch.Generator().manual_seed(3)
-    a = _bf16(torch.randn(96, 80, generator=g, dtype=torch.float64))
-    b = _bf16(torch.randn(80, 72, generator=g, dtype=torch.float64))
+    a = _bf16(torch.randn(96, k, generator=g, dtype=torch.float64))
+    b = _bf16(torch.randn(k, 72, generator=g, dtype=torch.float64))
     with ctx:
         (got,) = Simt(m).run([a.numpy(), b.numpy()])
     got = torch.from_numpy(np.asarray(got, np.float64))
@@ -905,3 +905,12 @@ def test_rounded_output_written_by_the_kernel(options):
     assert torch.equal(got, got.bfloat16().double())          # bf16 values
     err = float((got - ref).norm() / ref.norm())
     assert err < 2e-3, err
+    return str(m)
+
+
+@pytest.mark.parametrize("options", ["", "{mma=false}"])
+def test_rounded_output_written_by_the_kernel(options):
+    """A zeroed product read only by its bf16 rounding: the kernel stores the rounded sums
+    into the copy's buffer (edge tiles included: 96 x 72 is not a multiple of the tile) —
+    the same values as rounding the f32 sums."""
+    check_rounded(options)
