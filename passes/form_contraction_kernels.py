@@ -193,6 +193,26 @@ _TINY_OUTPUT = 16
 _TINY_REDUCTION = 8
 
 
+def _order_groups_by_layout(groups: dict, maps: list) -> None:
+    """Order each group's loop dims as the memory does (outer first), so that a group of
+    several loops flattens row-major onto contiguous elements: batch, m and n as the
+    output's dims, k as the first input that indexes all of them.  Earlier passes may have
+    permuted the loops (e.g. loop 0 walking the innermost dimension); in loop order a
+    group's last dim would then not be the unit-stride one, and a factor that is in fact
+    contiguous would look strided (no 16-byte copies, no tensor-core staging)."""
+    def position_in(m):
+        return {d: i for i, (kind, d) in enumerate(m) if kind == "d"}
+
+    out = position_in(maps[-1])
+    for g in ("batch", "m", "n"):
+        groups[g].sort(key=out.get)
+    for m in maps[:-1]:
+        pos = position_in(m)
+        if groups["k"] and all(d in pos for d in groups["k"]):
+            groups["k"].sort(key=pos.get)
+            break
+
+
 def match_contraction(op) -> Contraction | None:
     from mlir import ir
 
@@ -272,6 +292,7 @@ def match_contraction(op) -> Contraction | None:
             groups["n"].append(d)
         else:
             groups["m"].append(d)
+    _order_groups_by_layout(groups, maps)
     if math.prod(sizes[d] for d in groups["k"]) == 1:
         return None                 # no reduction (only unit ones): elementwise work
     if math.prod(sizes[d] for d in groups["m"] + groups["n"]) <= _TINY_OUTPUT:

@@ -82,6 +82,20 @@ def test_wgmma_batched():
     assert [la[1] for la in _launches(m)] == [(1, 1, 2)]
 
 
+
+@pytest.mark.parametrize("sizes,a_idx,b_idx,c_idx", [
+    # dy @ W_out viewed [k, heads, dh]: the n group (h, d) with loop d first, as the
+    # attention output-projection's backward reaches the pass (TinyMoE's out-projection)
+    ({"d": 64, "h": 2, "m": 72, "k": 64}, "mk", "khd", "mhd"),
+    # a reduction over (b, t) with loop t first, both factors contiguous along it
+    ({"t": 64, "b": 2, "m": 64, "n": 72}, "mbt", "nbt", "mn"),
+], ids=["n-group", "k-group"])
+def test_wgmma_groups_of_permuted_loops(sizes, a_idx, b_idx, c_idx):
+    """A group of several loops whose loop order is not the memory order still flattens
+    onto contiguous elements (match_contraction orders groups by layout): both factors
+    staged by 16-byte copies, the wgmma kernel, not the mma.sync fallback."""
+    check(sizes, a_idx, b_idx, c_idx, options=WGMMA, expect_kernel="wgmma")
+
 @pytest.mark.parametrize("a_idx,b_idx", [("mk", "nk"), ("km", "kn")],
                          ids=["along-k", "along-rows"])
 def test_wgmma_f32_operands_rounded_in_the_product(a_idx, b_idx):
