@@ -25,7 +25,8 @@ A producer qualifies when:
   contraction, which reads each element once per column of the other operand, does not:
   products keep reading materialized operands, as latch-form-contraction-kernels wants —
   except a plain widening of bf16 to f32, whose copies let each product read the bf16
-  values and widen them itself, a tensor-core kernel), directly or through ``tensor.expand_shape`` / ``tensor.collapse_shape`` (cloned with the
+  values and widen them itself, a tensor-core kernel, and a plain transpose or copy, whose
+  copies let each product read the original through the permuted map), directly or through ``tensor.expand_shape`` / ``tensor.collapse_shape`` (cloned with the
   copy; elementwise fusion folds them once ``linalg-fold-unit-extent-dims`` has made every
   indexing map a projected permutation).
 
@@ -33,9 +34,12 @@ Two rewrites come first, giving more producers that qualify:
 
 * a ``tensor.extract`` of an elementwise result (the loss's gather of the log-softmax at
   the targets) computes the producer's body on the extracted elements of its inputs —
-  unless the producer narrows (a rounding to bf16) and has readers other than extracts:
-  materialized anyway, it is read instead of its wider input, which keeps a single reader
-  (so the product computing it can write the rounding);
+  unless the producer has readers other than extracts (it is materialized anyway) and
+  either narrows (a rounding to bf16: it is read instead of its wider input, which keeps
+  a single reader, so the product computing it can write the rounding) or reads more than
+  one full-size input (a residual sum: one element of it is fewer reads than its terms —
+  unfolded, the MoE's gather of its normalized input recomputed the whole residual stream,
+  every earlier layer's output, for each of its two reads of each token);
 * a generic whose reduction loops all run once, accumulating into a filled output (the
   one-hot scatter of the loss's gradient: ``g[i, j] += (t[i, k] == j) * c`` over ``k < 1``
   into zeros), is elementwise: those loops are dropped (indexed at 0) and the fill's value
@@ -185,6 +189,18 @@ def _widens_bf16(op) -> bool:
             body[1].operands[0] == ext.results[0])
 
 
+def _moves_elements(op) -> bool:
+    """Whether generic ``op`` only moves its one input's elements (``yield in``: a
+    transpose or a copy): a product reading its copy reads the input through the permuted
+    map instead — no pass over memory at all (the tensor-core kernels stage operands
+    contiguous along k or along their rows alike)."""
+    n_in, _ = _segments(op)
+    block = op.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    return (n_in == 1 and [o.name for o in body] == ["linalg.yield"] and
+            body[0].operands[0] == block.arguments[0])
+
+
 @dataclasses.dataclass(frozen=True)
 class RecomputeElementwise(ModulePass):
     name = "latch-recompute-elementwise"
@@ -206,7 +222,7 @@ class RecomputeElementwise(ModulePass):
                 if not _is_recomputable(op):
                     continue
                 readers = _readers(op.results[0])
-                if readers is None and _widens_bf16(op):
+                if readers is None and (_widens_bf16(op) or _moves_elements(op)):
                     readers = _readers(op.results[0], projections=True)
                 if readers is None or not 2 <= len(readers) <= self.max_readers:
                     continue
@@ -241,6 +257,21 @@ def _walk(op, name: str, found: list) -> list:
     return found
 
 
+def _full_inputs(op, maps, n_in: int) -> int:
+    """How many of generic ``op``'s tensor inputs are indexed by all of its loops (one
+    element read per element computed, unlike a broadcast row statistic or weight)."""
+    from mlir import ir
+
+    full = 0
+    for k in range(n_in):
+        if not isinstance(op.operands[k].type, ir.RankedTensorType):
+            continue
+        used = {ir.AffineDimExpr(e).position for e in maps[k].results
+                if isinstance(e, ir.AffineDimExpr)}
+        full += len(used) == maps[k].n_dims
+    return full
+
+
 def _compute_extracts(func_op) -> bool:
     """Replace each ``tensor.extract`` of an elementwise generic's result (a gather of a
     log-softmax, say) by the generic's body computed on the elements of its inputs; True
@@ -266,6 +297,8 @@ def _compute_extracts(func_op) -> bool:
             continue
         maps = _maps(prod)
         n_in, _ = _segments(prod)
+        if _full_inputs(prod, maps, n_in) > 1 and not _only_extracted(prod.results[0]):
+            continue          # materialized anyway, and one element of it is fewer reads
         out_map = maps[-1]
         block = prod.regions[0].blocks[0]
         if not out_map.is_permutation or any(True for _ in block.arguments[n_in].uses):

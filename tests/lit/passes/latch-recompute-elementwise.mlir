@@ -183,6 +183,37 @@ func.func @gather(%l: tensor<4x16xf32>, %m: tensor<4x1xf32>, %t: tensor<4xindex>
 }
 
 // -----
+// But a sum of two full-size tensors that is materialized anyway (a residual stream, also
+// read by the next layer): the gather reads one element of it, not one of each term (the
+// MoE's gather of its normalized input would recompute every earlier layer's output).
+// CHECK-LABEL: func.func @gather_of_a_residual_sum(
+// CHECK: %[[S:.*]] = linalg.generic
+// CHECK: arith.addf
+// CHECK: linalg.generic
+// CHECK: %[[X:.*]] = tensor.extract %[[S]][
+// CHECK-NOT: tensor.extract %arg0
+// CHECK: linalg.yield %[[X]]
+#rid = affine_map<(d0, d1) -> (d0, d1)>
+func.func @gather_of_a_residual_sum(%x: tensor<4x16xf32>, %a: tensor<4x16xf32>, %t: tensor<4xindex>) -> (tensor<4xf32>, tensor<4x16xf32>) {
+  %e = tensor.empty() : tensor<4x16xf32>
+  %s = linalg.generic {indexing_maps = [#rid, #rid, #rid], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %a : tensor<4x16xf32>, tensor<4x16xf32>) outs(%e : tensor<4x16xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %d = arith.addf %p, %q : f32
+      linalg.yield %d : f32
+  } -> tensor<4x16xf32>
+  %e1 = tensor.empty() : tensor<4xf32>
+  %picked = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%t : tensor<4xindex>) outs(%e1 : tensor<4xf32>) {
+    ^bb0(%i: index, %o: f32):
+      %r = linalg.index 0 : index
+      %v = tensor.extract %s[%r, %i] : tensor<4x16xf32>
+      linalg.yield %v : f32
+  } -> tensor<4xf32>
+  return %picked, %s : tensor<4xf32>, tensor<4x16xf32>
+}
+
+// -----
 // A reduction whose reduction loops all run once, into a zero-filled output (a one-hot
 // scatter), becomes elementwise: the unit loop is dropped and the fill's value read
 // instead of the output, so the fill goes and the one-hot fuses into its reader.
@@ -287,4 +318,47 @@ func.func @gather_rounded(%x: tensor<64xf32>, %t: tensor<4xindex>) -> (tensor<64
       linalg.yield %w : f32
   } -> tensor<4xf32>
   return %g, %p : tensor<64xf32>, tensor<4xf32>
+}
+
+// -----
+// And a plain transpose (a bmm's backward: h^T read by the gradients of w1 and w3): one
+// copy per product, so each fuses into its product, which reads h through the transposed
+// map (no [k, m] copy of h is written at all).
+// CHECK-LABEL: func.func @transpose_read_by_products(
+// CHECK-COUNT-2: iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<16x8xbf16>)
+// FUSED: #[[HT:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d2, d0)>
+// FUSED-LABEL: func.func @transpose_read_by_products(
+// FUSED-NOT: iterator_types = ["parallel", "parallel"]}
+// FUSED-COUNT-2: linalg.generic {indexing_maps = [#[[HT]], {{.*}}], iterator_types = ["parallel", "parallel", "reduction"]} ins(%arg0, %arg
+#ta = affine_map<(i, j, k) -> (i, k)>
+#tb = affine_map<(i, j, k) -> (k, j)>
+#tc = affine_map<(i, j, k) -> (i, j)>
+#tin = affine_map<(d0, d1) -> (d1, d0)>
+#tid = affine_map<(d0, d1) -> (d0, d1)>
+func.func @transpose_read_by_products(%h: tensor<16x8xbf16>, %g1: tensor<16x4xbf16>, %g3: tensor<16x4xbf16>, %acc: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
+  %e = tensor.empty() : tensor<8x16xbf16>
+  %ht = linalg.generic {indexing_maps = [#tin, #tid], iterator_types = ["parallel", "parallel"]}
+      ins(%h : tensor<16x8xbf16>) outs(%e : tensor<8x16xbf16>) {
+    ^bb0(%a: bf16, %o: bf16):
+      linalg.yield %a : bf16
+  } -> tensor<8x16xbf16>
+  %d1 = linalg.generic {indexing_maps = [#ta, #tb, #tc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%ht, %g1 : tensor<8x16xbf16>, tensor<16x4xbf16>) outs(%acc : tensor<8x4xf32>) {
+    ^bb0(%x: bf16, %y: bf16, %o: f32):
+      %xf = arith.extf %x : bf16 to f32
+      %yf = arith.extf %y : bf16 to f32
+      %m = arith.mulf %xf, %yf : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  %d3 = linalg.generic {indexing_maps = [#ta, #tb, #tc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%ht, %g3 : tensor<8x16xbf16>, tensor<16x4xbf16>) outs(%acc : tensor<8x4xf32>) {
+    ^bb0(%x: bf16, %y: bf16, %o: f32):
+      %xf = arith.extf %x : bf16 to f32
+      %yf = arith.extf %y : bf16 to f32
+      %m = arith.mulf %xf, %yf : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  return %d1, %d3 : tensor<8x4xf32>, tensor<8x4xf32>
 }
