@@ -24,7 +24,7 @@ def main(argv=None) -> int:
                                                           "sgd_update.latch"))
     p.add_argument("--source", default=os.path.join(ROOT, "examples", "mlir", "sgd_update.mlir"))
     p.add_argument("--chip", default="sm_90")
-    p.add_argument("--features", default="+ptx80")
+    p.add_argument("--features", default="+ptx81")
     p.add_argument("--block", default="32,8")
     args = p.parse_args(argv)
 

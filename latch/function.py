@@ -12,7 +12,7 @@ import torch
 
 from latch.errors import LatchError
 from latch.options import CompileOptions
-from latch.targets.cuda import DEFAULT_CHIP, CudaArtifactHandle
+from latch.targets.cuda import DEFAULT_CHIP, DEFAULT_FEATURES, CudaArtifactHandle
 
 
 class CompiledFunction:
@@ -125,7 +125,7 @@ def compile_cuda_function(fn, inputs, options: CompileOptions) -> "CudaFunctionH
     t0 = time.perf_counter()
     text = import_to_linalg(traced, func_name="main")
     times["linalg"] = time.perf_counter() - t0
-    chip, features, block, opt_level, threads = DEFAULT_CHIP, "+ptx80", "32,8", 3, 256
+    chip, features, block, opt_level, threads = DEFAULT_CHIP, DEFAULT_FEATURES, "32,8", 3, 256
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
         module = ir.Module.parse(text)

@@ -30,6 +30,7 @@ PASSES: dict[str, str] = {
     "latch-lower-attention": "lower_attention:LowerAttention",
     "latch-attention-to-calls": "lower_attention:AttentionToCalls",
     "latch-form-attention-kernels": "attention_kernels:FormAttentionKernels",
+    "latch-vector-atomics": "vector_atomics:VectorAtomics",
 }
 
 

@@ -6,7 +6,9 @@ The frontend decomposes ``index_put``/``index_add``/``scatter_add`` and the back
 that is ``rows(C) x K x N`` multiply-adds, quadratic in the number of tokens.  This module
 recognizes the pattern and emits the sparse computation it stands for instead: one thread
 per ``(k, n)`` adds ``V[k, n]`` to ``C[t(k), n]`` (skipped when ``t(k)`` is out of range),
-``K x N`` work.
+``K x N`` work — per ``(k, four consecutive n)`` where the f32 output's rows allow aligned
+16-byte groups (:func:`lanes`): its four adds, emitted in a row, become one
+``red.global.add.v4.f32`` in latch-vector-atomics.
 
 Recognized: a contraction whose mask factor is ``[a == b]`` (an ``arith.cmpi eq`` turned
 into 0/1), computed in the body or read from a buffer whose last writer computed it, where
@@ -239,7 +241,9 @@ def _is_linearization(apply, dims: list, sizes: list) -> bool:
 
 
 def emit_scatter(sc: Scatter) -> None:
-    """Replace the contraction by a gpu.launch: one thread per (batch, k, value dims)."""
+    """Replace the contraction by a gpu.launch: one thread per (batch, k, value dims) —
+    per four consecutive columns where :func:`lanes` allows, whose four adds
+    latch-vector-atomics makes one vector reduction."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -252,7 +256,10 @@ def emit_scatter(sc: Scatter) -> None:
     value_group = "n" if con.indicator == 0 else "m"
     # flattened: the value dims vary fastest (the output's rows are contiguous there)
     order = con.groups[value_group][::-1] + con.groups["k"][::-1] + con.groups["batch"][::-1]
-    total = math.prod(con.sizes[d] for d in order)
+    width = lanes(sc)
+    sizes = list(con.sizes)
+    sizes[order[0]] //= width               # a thread's columns: order[0] counts groups
+    total = math.prod(sizes[d] for d in order)
     blocks = -(-total // _THREADS)
     with ir.InsertionPoint(op), op.location:
         _, end, lin = flat_launch(blocks, _THREADS)
@@ -260,7 +267,10 @@ def emit_scatter(sc: Scatter) -> None:
         guard = scf.IfOp(compare("ult", lin, index_constant(total)))
     with ir.InsertionPoint(guard.then_block), op.location:
         dims = [None] * len(con.sizes)
-        delinearize(lin, order, con.sizes, dims)
+        delinearize(lin, order, sizes, dims)
+        if width > 1:
+            dims[order[0]] = ir.Operation.create(
+                "arith.muli", [index], [dims[order[0]], index_constant(width)]).result
         for d in sc.row_dims:
             dims[d] = index_constant(0)
         target = _target(sc, dims)
@@ -280,13 +290,44 @@ def emit_scatter(sc: Scatter) -> None:
         with ir.InsertionPoint(hit.then_block):
             row = ir.Operation.create("arith.index_cast", [index], [t64]).result
             delinearize(row, sc.row_dims[::-1], con.sizes, dims)   # the last varies fastest
-            value = _value(sc, dims)
-            where = [dims[d] if kind == "d" else index_constant(0)
-                     for kind, d in con.maps[-1]]
-            ir.Operation.create("memref.atomic_rmw", [f32], [value, con.c] + where,
-                                attributes={"kind": ir.IntegerAttr.get(i64, 0)})   # addf
+            zero_index = index_constant(0)
+            adds = []                  # (value, indices) per column, all computed first
+            for j in range(width):
+                at = list(dims)
+                if j:
+                    at[order[0]] = ir.Operation.create(
+                        "arith.addi", [index], [dims[order[0]], index_constant(j)]).result
+                where = [at[d] if kind == "d" else zero_index for kind, d in con.maps[-1]]
+                adds.append((_value(sc, at), where))
+            for value, where in adds:           # consecutive: one vector reduction on sm_90
+                ir.Operation.create("memref.atomic_rmw", [f32], [value, con.c] + where,
+                                    attributes={"kind": ir.IntegerAttr.get(i64, 0)})   # addf
             scf.YieldOp([])
         scf.YieldOp([])
+
+
+def lanes(sc: Scatter) -> int:
+    """Columns a thread adds: 4 when the fastest value dim is the f32 output's contiguous
+    last dimension, a multiple of 4 long, and every 4-column group starts 16 bytes aligned
+    (the other strides and the offset multiples of 4) — what latch-vector-atomics needs to
+    make the four adds one ``red.global.add.v4.f32``; else 1."""
+    from mlir import ir
+
+    from latch.passes.vector_atomics import LANES
+
+    con = sc.con
+    value_group = "n" if con.indicator == 0 else "m"
+    dims = con.groups[value_group]
+    mt = ir.MemRefType(con.c.type)
+    if not dims or str(mt.element_type) != "f32" or mt.memory_space is not None:
+        return 1
+    strides, offset = mt.get_strides_and_offset()
+    fastest = dims[-1]
+    if con.maps[-1][-1] != ("d", fastest) or strides[-1] != 1 or \
+            con.sizes[fastest] % LANES or offset % LANES or \
+            any(s % LANES for s in strides[:-1]):
+        return 1
+    return LANES
 
 
 def _target(sc: Scatter, dims: list):

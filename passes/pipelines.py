@@ -27,7 +27,8 @@ class NamedPipeline:
         return [e.format(**values) for e in self.elements]
 
 
-_GPU_DEFAULTS = (("chip", "sm_90a"), ("features", "+ptx80"), ("block", "32,8"))
+# PTX 8.1: the vector atomic adds of latch-vector-atomics (latch.targets.cuda.DEFAULT_FEATURES)
+_GPU_DEFAULTS = (("chip", "sm_90a"), ("features", "+ptx81"), ("block", "32,8"))
 _FORM_DEFAULTS = _GPU_DEFAULTS + (("mma", "true"),)
 
 PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
@@ -69,14 +70,17 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "func.func(convert-linalg-to-parallel-loops)", "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
          "func.func(gpu-map-parallel-loops)", "func.func(convert-parallel-loops-to-gpu)",
-         "gpu-kernel-outlining", "lower-affine", "convert-scf-to-cf", "canonicalize"),
+         "gpu-launch-sink-index-computations", "gpu-kernel-outlining", "lower-affine",
+         "convert-scf-to-cf", "canonicalize"),
         _FORM_DEFAULTS,
     ),
     NamedPipeline(
         "latch-kernels-to-ptx",
-        "stage 'nvvm -> ptx': lower kernels through NVVM (bare-pointer memref arguments) "
-        "and serialize them to PTX in a gpu.binary (format isa)",
-        ("gpu-lower-to-nvvm-pipeline{{cubin-chip={chip} cubin-features={features} "
+        "stage 'nvvm -> ptx': vector atomic adds where four are consecutive, then lower "
+        "kernels through NVVM (bare-pointer memref arguments) and serialize them to PTX in "
+        "a gpu.binary (format isa)",
+        ("latch-vector-atomics{{chip={chip} features={features}}}",
+         "gpu-lower-to-nvvm-pipeline{{cubin-chip={chip} cubin-features={features} "
          "cubin-format=isa kernel-bare-ptr-calling-convention=true}}",),
         _GPU_DEFAULTS,
     ),

@@ -28,10 +28,14 @@ MANIFEST_VERSION = 1
 #: the H200's architecture-specific target: plain sm_90 plus wgmma (the contraction
 #: kernels use it, passes/contraction_wgmma.py); its PTX runs on compute capability 9.0 only
 DEFAULT_CHIP = "sm_90a"
+#: PTX ISA 8.1 (CUDA 12.1 drivers and later): the vector atomic adds of the scatter kernels
+#: (passes/vector_atomics.py)
+DEFAULT_FEATURES = "+ptx81"
 
 
 def kernels_to_ptx_pipeline(chip: str, features: str, opt_level: int = 3) -> str:
-    return ("builtin.module(gpu-lower-to-nvvm-pipeline{"
+    return (f"builtin.module(latch-vector-atomics{{chip={chip} features={features}}}, "
+            "gpu-lower-to-nvvm-pipeline{"
             f"cubin-chip={chip} cubin-features={features} cubin-format=isa "
             f"opt-level={opt_level} kernel-bare-ptr-calling-convention=true}})")
 
@@ -195,7 +199,7 @@ def _ptx_of_binaries(module) -> dict[str, str]:
 
 
 def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAULT_CHIP,
-                          features: str = "+ptx80", block: str = "32,8",
+                          features: str = DEFAULT_FEATURES, block: str = "32,8",
                           opt_level: int = 3,
                           times: dict | None = None) -> tuple[dict, dict[str, str], str]:
     """Run the cuda stages on ``module`` (an ``mlir.ir.Module``, changed in place).
@@ -399,7 +403,7 @@ def _manifest_core(kind: str, schedule: dict, ptx: dict[str, str], *, source_tex
 
 
 def compile_update_to_artifact(module_text: str, path=None, *, entry: str | None = None,
-                               chip: str = DEFAULT_CHIP, features: str = "+ptx80",
+                               chip: str = DEFAULT_CHIP, features: str = DEFAULT_FEATURES,
                                block: str = "32,8", opt_level: int = 3,
                                state_slots=None, input_specs=None) -> dict:
     """Compile ``module_text`` (a Latch program, linalg-on-tensors, or a bufferized and
@@ -467,7 +471,7 @@ def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
 
     timer = _Timer()
     traced, program_text, linalg_text = front_half(model, rule, inputs, options, timer)
-    chip, features, block, opt_level = DEFAULT_CHIP, "+ptx80", "32,8", 3
+    chip, features, block, opt_level = DEFAULT_CHIP, DEFAULT_FEATURES, "32,8", 3
     with ir.Context() as ctx, ir.Location.unknown():
         latch.dialect.load(ctx)
         module, counts_in = parse_program(program_text, linalg_text)
@@ -602,7 +606,7 @@ FUNCTION_KIND = "cuda-function"
 
 
 def compile_function_module(module, *, entry: str = "main", chip: str = DEFAULT_CHIP,
-                            features: str = "+ptx80", block: str = "32,8",
+                            features: str = DEFAULT_FEATURES, block: str = "32,8",
                             opt_level: int = 3, scan_threads: int = 256,
                             times: dict | None = None) -> tuple[dict, dict[str, str], str]:
     """The cuda stages for a plain function (linalg on tensors, no state): bufferize + plan

@@ -657,6 +657,11 @@ _TERMINATORS = ("scf.yield", "gpu.terminator", "gpu.return", "func.return", "lin
 _DIMS = {"x": 0, "y": 1, "z": 2}
 
 
+# arith::AtomicRMWKind's numbering (the generic form prints the kind as an integer)
+_ATOMIC_KINDS = {0: "addf", 1: "addi", 3: "maximumf", 4: "maxs", 5: "maxu", 6: "minimumf",
+                 7: "mins", 8: "minu", 13: "maxnumf", 14: "minnumf"}
+
+
 class Simt:
     """Runs a host function of ``module`` (``func.func @main``, or the first function)
     and the kernels it launches, every kernel thread in lock step."""
@@ -1241,6 +1246,8 @@ class Simt:
     def _k_atomic(self, o, env, mask):
         """memref.atomic_rmw: an atomic read-modify-write (not a race between threads)."""
         kind = str(o.op.attributes["kind"])
+        if kind.split(" : ")[0].isdigit():      # the generic form's integer (AtomicRMWKind)
+            kind = _ATOMIC_KINDS.get(int(kind.split(" : ")[0]), kind)
         ref = env[o.ins[1]]
         addr = self._address(ref, [env[i] for i in o.ins[2:]], mask, "memref.atomic_rmw")
         v = np.broadcast_to(env[o.ins[0]], (self.L,))

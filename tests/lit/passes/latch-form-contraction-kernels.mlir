@@ -192,9 +192,10 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // A one-hot product whose mask comes from a buffer: a [rows, sources] matrix materialized
 // (through a reshape) by an all-parallel generic yielding [tok[k] == row] — the last write
 // of that buffer before the contraction.  That is a scatter, out[tok[k], n] += v[k, n]:
-// one thread per (k, n) adds with an atomic (skipped when tok[k] is out of range), and the
-// mask generic, now unread, is erased.  In @rewritten the buffer is overwritten after the
-// mask generic, so nothing is known and the kernel is the plain one.
+// one thread per (k, four consecutive n) adds with four consecutive atomics (skipped when
+// tok[k] is out of range), which latch-vector-atomics makes one red.global.add.v4.f32, and
+// the mask generic, now unread, is erased.  In @rewritten the buffer is overwritten after
+// the mask generic, so nothing is known and the kernel is the plain one.
 #c_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
 #c_val = affine_map<(d0, d1, d2) -> (d2, d1)>
 #c_out = affine_map<(d0, d1, d2) -> (d0, d1)>
@@ -202,16 +203,27 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 #c_col = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: func.func @combine(
 // CHECK-NOT: linalg.generic
-// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c19, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c5, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// CHECK: %[[N4:.*]] = arith.remui %{{.*}}, %c12
+// CHECK: %[[N:.*]] = arith.muli %[[N4]], %c4
 // CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
 // CHECK: arith.cmpi sge, %[[T]]
 // CHECK: arith.cmpi slt, %[[T]]
 // CHECK: scf.if
 // CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
-// CHECK: %[[V:.*]] = memref.load %arg1[
-// CHECK: memref.atomic_rmw addf %[[V]], %arg2[%[[ROW]], %{{.*}}]
+// CHECK: %[[V:.*]] = memref.load %arg1[%{{.*}}, %[[N]]]
+// CHECK: %[[N3:.*]] = arith.addi %[[N]], %c3
+// CHECK: %[[V3:.*]] = memref.load %arg1[%{{.*}}, %[[N3]]]
+// CHECK-NEXT: memref.atomic_rmw addf %[[V]], %arg2[%[[ROW]], %[[N]]]
+// CHECK-NEXT: memref.atomic_rmw addf
+// CHECK-NEXT: memref.atomic_rmw addf
+// CHECK-NEXT: memref.atomic_rmw addf %[[V3]], %arg2[%[[ROW]], %[[N3]]]
 // CHECK-NOT: latch_contract
-// PTX: atom.global.add.f32
+// PTX-LABEL: .entry combine_kernel(
+// PTX-NOT: atom.global
+// PTX: red.global.add.v4.f32
+// PTX-NOT: atom.global
+// PTX: ret;
 // NOSCATTER-LABEL: func.func @combine(
 // NOSCATTER-NOT: memref.atomic_rmw
 // NOSCATTER: gpu.launch_func @latch_contract_0::@contract

@@ -1,0 +1,76 @@
+"""The scatter kernels of latch-form-contraction-kernels (passes/one_hot_scatter.py: a
+one-hot product ``C[t(k)] += V[k]``, i.e. ``index_add``) executed on the CPU by the SIMT
+interpreter (tests/py/simt.py) and compared with ``torch.index_add``: duplicate targets
+(atomic adds), targets out of range (skipped), and the four-columns-a-thread form (whose
+four adds latch-vector-atomics turns into one ``red.global.add.v4.f32``) next to the
+one-column form it falls back to when the rows do not split into aligned 16-byte groups."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from simt import Simt
+from test_contraction_simt import run_pass
+
+
+def scatter_text(sources: int, rows: int, cols: int) -> str:
+    """@main(tok, v, out): out[tok[k], n] += v[k, n] as the frontend leaves index_add (a
+    [rows, sources] one-hot mask generic, then the product)."""
+    return f"""
+#hit = affine_map<(d0, d1, d2) -> (d0, d2)>
+#val = affine_map<(d0, d1, d2) -> (d2, d1)>
+#out = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @main(%tok: memref<{sources}xi64>, %v: memref<{sources}x{cols}xf32>,
+                %o: memref<{rows}x{cols}xf32>) {{
+  %h = memref.alloc() : memref<{rows}x{sources}xf32>
+  linalg.generic {{indexing_maps = [#col, #id], iterator_types = ["parallel", "parallel"]}}
+      ins(%tok : memref<{sources}xi64>) outs(%h : memref<{rows}x{sources}xf32>) {{
+  ^bb0(%t: i64, %x: f32):
+    %r = linalg.index 0 : index
+    %ri = arith.index_cast %r : index to i64
+    %c = arith.cmpi eq, %t, %ri : i64
+    %f = arith.uitofp %c : i1 to f32
+    linalg.yield %f : f32
+  }}
+  linalg.generic {{indexing_maps = [#hit, #val, #out],
+                  iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%h, %v : memref<{rows}x{sources}xf32>, memref<{sources}x{cols}xf32>)
+      outs(%o : memref<{rows}x{cols}xf32>) {{
+  ^bb0(%p: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %p, %x : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }}
+  return
+}}"""
+
+
+@pytest.mark.parametrize("cols,per_thread", [(48, 4), (50, 1)], ids=["v4", "scalar"])
+def test_scatter_kernel_adds_like_index_add(cols, per_thread):
+    sources, rows = 60, 13
+    m, ctx = run_pass(scatter_text(sources, rows, cols))
+    text = str(m)
+    host = text.split("gpu.module")[0]
+    assert "linalg.generic" not in host and "latch_contract" not in text
+    blocks, threads = map(int, re.search(
+        r"gpu.launch blocks\(.*\) in \(%\w+ = %c(\d+), .*threads\(.*\) in \(%\w+ = %c(\d+),",
+        host).groups())
+    assert blocks * threads >= sources * cols // per_thread > (blocks - 1) * threads
+    assert text.count("memref.atomic_rmw addf") == per_thread
+    g = torch.Generator().manual_seed(0)
+    tok = torch.randint(-2, rows + 2, (sources,), generator=g)      # some out of range
+    tok[:6] = 4                                                      # duplicates
+    v = torch.randn(sources, cols, generator=g, dtype=torch.float64).float()
+    out = torch.randn(rows, cols, generator=g, dtype=torch.float64).float()
+    with ctx:
+        sim = Simt(m)
+        sim.run([tok.numpy(), v.numpy(), out.numpy()])
+    got = torch.from_numpy(np.asarray(sim.arguments[2], np.float64))
+    keep = (tok >= 0) & (tok < rows)
+    ref = out.double().index_add(0, tok[keep], v.double()[keep])
+    assert float((got - ref).norm() / ref.norm()) < 1e-6
