@@ -31,6 +31,7 @@ PASSES: dict[str, str] = {
     "latch-attention-to-calls": "lower_attention:AttentionToCalls",
     "latch-form-attention-kernels": "attention_kernels:FormAttentionKernels",
     "latch-vector-atomics": "vector_atomics:VectorAtomics",
+    "latch-register-accumulators": "register_accumulators:RegisterAccumulators",
 }
 
 

@@ -216,6 +216,7 @@ class RecomputeElementwise(ModulePass):
                 if op.name == "linalg.generic":
                     _drop_unit_reduction(op)
                     _read_fill_instead_of_output(op)
+                    _drop_zero_add(op)
             while _compute_extracts(func_op):
                 pass
             for op in reversed([_op(o) for o in func_op.regions[0].blocks[0].operations]):
@@ -366,6 +367,88 @@ def _read_fill_instead_of_output(op) -> None:
         empty = ir.Operation.create("tensor.empty", [op.operands[n_in].type]).result
     acc.replace_all_uses_with(fill)
     op.operands[n_in] = empty
+
+
+def _drop_zero_add(op) -> None:
+    """An elementwise ``x + 0.0`` where ``x`` is a sum accumulated from a ``+0.0`` fill (a
+    product into zeros): ``x`` itself.  ``index_add`` into ``new_zeros`` decomposes to
+    ``zeros + one_hot^T @ v`` (latch.frontend.decompositions), one more full pass over the
+    result after the scatter.  Exact: a round-to-nearest sum that starts at ``+0.0`` is
+    never ``-0.0`` (``+0 + -0 = +0``, exact cancellation gives ``+0``), and ``+0.0`` added
+    to anything else, NaN and infinities included, leaves it unchanged."""
+    from mlir import ir
+
+    if len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType) or \
+            any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return
+    n_in, n_out = _segments(op)
+    maps = _maps(op)
+    block = op.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    if n_out != 1 or [o.name for o in body] != ["arith.addf", "linalg.yield"] or \
+            body[1].operands[0] != body[0].results[0]:
+        return
+    for x, zero in (tuple(body[0].operands), tuple(body[0].operands)[::-1]):
+        if not _is_zero_operand(zero, op, block, n_in) or not hasattr(x.owner, "arguments") \
+                or x.owner != block or ir.BlockArgument(x).arg_number >= n_in:
+            continue
+        k = ir.BlockArgument(x).arg_number
+        value = op.operands[k]
+        if value.type != op.results[0].type or maps[k] != maps[-1]:
+            continue
+        if _accumulated_from_zero(value):
+            op.results[0].replace_all_uses_with(value)
+            op.erase()
+            return
+
+
+def _positive_zero(x) -> bool:
+    """Whether ``x`` — a value an ``arith.constant`` defines, a float attribute or a splat
+    (what :func:`_fill_value` gives without creating anything) — is ``+0.0``."""
+    import math
+
+    from mlir import ir
+
+    if x is None:
+        return False
+    if isinstance(x, ir.Value):
+        if hasattr(x.owner, "arguments") or _op(x.owner).name != "arith.constant":
+            return False
+        x = _op(x.owner).attributes["value"]
+    if isinstance(x, ir.DenseElementsAttr):
+        x = x.get_splat_value() if x.is_splat else None
+    if not isinstance(x, ir.FloatAttr):
+        return False
+    v = ir.FloatAttr(x).value
+    return v == 0.0 and math.copysign(1.0, v) > 0
+
+
+def _is_zero_operand(v, op, block, n_in: int) -> bool:
+    """Whether body value ``v`` of generic ``op`` is ``+0.0``: a constant, or an input
+    that is a fill of one."""
+    from mlir import ir
+
+    if hasattr(v.owner, "arguments"):
+        return v.owner == block and ir.BlockArgument(v).arg_number < n_in and             _positive_zero(_fill_value(op.operands[ir.BlockArgument(v).arg_number],
+                                       create=False))
+    return _positive_zero(v)
+
+
+def _accumulated_from_zero(value) -> bool:
+    """Whether ``value`` is the result of a generic that starts from a ``+0.0`` fill and
+    only adds to it (yields ``acc + t``, ``acc`` used nowhere else)."""
+    if hasattr(value.owner, "arguments") or _op(value.owner).name != "linalg.generic":
+        return False
+    p = _op(value.owner)
+    n_in, n_out = _segments(p)
+    if len(p.results) != 1 or n_out != 1 or             not _positive_zero(_fill_value(p.operands[n_in], create=False)):
+        return False
+    block = p.regions[0].blocks[0]
+    y = _op(list(block.operations)[-1]).operands[0]
+    if hasattr(y.owner, "arguments") or _op(y.owner).name != "arith.addf":
+        return False
+    acc = block.arguments[n_in]
+    return any(x == acc for x in _op(y.owner).operands) and sum(1 for _ in acc.uses) == 1
 
 
 def _is_fill(v) -> bool:

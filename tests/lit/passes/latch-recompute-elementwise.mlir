@@ -362,3 +362,82 @@ func.func @transpose_read_by_products(%h: tensor<16x8xbf16>, %g1: tensor<16x4xbf
   } -> tensor<8x4xf32>
   return %d1, %d3 : tensor<8x4xf32>, tensor<8x4xf32>
 }
+
+// -----
+// index_add into new_zeros decomposes to zeros + one_hot^T @ v: the sum of +0.0 and a
+// product accumulated from a +0.0 fill is the product itself (exactly: such a sum is never
+// -0.0), so that full pass goes.  Not for -0.0, nor for a product into another init.
+// CHECK-LABEL: func.func @zeros_plus_product(
+// CHECK: %[[P:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[P]]
+// CHECK-LABEL: func.func @negative_zero_plus_product(
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]
+// CHECK: arith.addf
+// CHECK-LABEL: func.func @zeros_plus_accumulation(
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]
+// CHECK: arith.addf
+#za = affine_map<(i, j, k) -> (k, i)>
+#zb = affine_map<(i, j, k) -> (k, j)>
+#zc = affine_map<(i, j, k) -> (i, j)>
+#zid = affine_map<(d0, d1) -> (d0, d1)>
+func.func @zeros_plus_product(%h: tensor<16x8xf32>, %v: tensor<16x4xf32>) -> tensor<8x4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %zeros = arith.constant dense<0.0> : tensor<8x4xf32>
+  %e = tensor.empty() : tensor<8x4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x4xf32>) -> tensor<8x4xf32>
+  %p = linalg.generic {indexing_maps = [#za, #zb, #zc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%h, %v : tensor<16x8xf32>, tensor<16x4xf32>) outs(%f : tensor<8x4xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %m = arith.mulf %x, %y : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  %s = linalg.generic {indexing_maps = [#zid, #zid, #zid], iterator_types = ["parallel", "parallel"]}
+      ins(%zeros, %p : tensor<8x4xf32>, tensor<8x4xf32>) outs(%e : tensor<8x4xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %r = arith.addf %a, %b : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  return %s : tensor<8x4xf32>
+}
+func.func @negative_zero_plus_product(%h: tensor<16x8xf32>, %v: tensor<16x4xf32>) -> tensor<8x4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %nzeros = arith.constant dense<-0.0> : tensor<8x4xf32>
+  %e = tensor.empty() : tensor<8x4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x4xf32>) -> tensor<8x4xf32>
+  %p = linalg.generic {indexing_maps = [#za, #zb, #zc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%h, %v : tensor<16x8xf32>, tensor<16x4xf32>) outs(%f : tensor<8x4xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %m = arith.mulf %x, %y : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  %s = linalg.generic {indexing_maps = [#zid, #zid, #zid], iterator_types = ["parallel", "parallel"]}
+      ins(%nzeros, %p : tensor<8x4xf32>, tensor<8x4xf32>) outs(%e : tensor<8x4xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %r = arith.addf %a, %b : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  return %s : tensor<8x4xf32>
+}
+func.func @zeros_plus_accumulation(%h: tensor<16x8xf32>, %v: tensor<16x4xf32>, %init: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %zeros = arith.constant dense<0.0> : tensor<8x4xf32>
+  %e = tensor.empty() : tensor<8x4xf32>
+  %p = linalg.generic {indexing_maps = [#za, #zb, #zc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%h, %v : tensor<16x8xf32>, tensor<16x4xf32>) outs(%init : tensor<8x4xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %m = arith.mulf %x, %y : f32
+      %r = arith.addf %o, %m : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  %s = linalg.generic {indexing_maps = [#zid, #zid, #zid], iterator_types = ["parallel", "parallel"]}
+      ins(%zeros, %p : tensor<8x4xf32>, tensor<8x4xf32>) outs(%e : tensor<8x4xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %r = arith.addf %a, %b : f32
+      linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  return %s : tensor<8x4xf32>
+}
