@@ -22,6 +22,9 @@ location, ``"type": "ptr"``), the *base* pointer of the view: the kernel adds th
 (``index`` is ``i64``).  New state values are copied into the state buffers after the last
 launch (``copies``: ``{"src": location, "dst": {"state": i}, "bytes": n}``), so kernels always
 read the old state and write the new one elsewhere; a step is replayable as one CUDA graph.
+Each launch lists the earlier launches it must follow (``after``: those that last addressed
+a byte it can address; passes/launch_dependencies.py), so that the runtime may run the others
+concurrently; programs with collectives keep the plain order (no ``after``).
 
 A buffer-form ``latch.all_reduce`` (data-parallel programs) becomes an entry of
 ``collectives``: ``{"op": "all_reduce", "reduction", "bucket", "buffer": location, "dtype",
@@ -283,6 +286,10 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
 
     for c in collectives:
         c["wait_before_launch"] = _first_toucher(c, touched)
+    if not collectives:     # a data-parallel program keeps one stream (its reductions' waits)
+        from latch.passes.launch_dependencies import launch_dependencies
+        for launch, after in zip(launches, launch_dependencies(touched)):
+            launch["after"] = after
 
     return {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
             "alignment": ALIGNMENT,

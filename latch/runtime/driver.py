@@ -287,6 +287,11 @@ class Stream:
     def synchronize(self, what: str = "") -> None:
         call("cuStreamSynchronize", self.handle, what=what)
 
+    def wait(self, event: "Event") -> None:
+        """Later work on this stream waits for ``event``'s last record (under stream
+        capture: a graph edge)."""
+        call("cuStreamWaitEvent", self.handle, event.handle, 0)
+
     def destroy(self) -> None:
         if getattr(self, "handle", None) is not None and self.owned:
             driver().cuStreamDestroy(self.handle)

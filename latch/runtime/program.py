@@ -12,7 +12,11 @@ device-to-device copy each (skipped when the tensor already *is* the staging buf
 :meth:`CudaProgram.input_views` returns zero-copy torch views of them, so a producer can
 write the batch in place).  Then the launch list runs: the first step launches every kernel
 directly; the second records the same sequence into a CUDA graph with stream capture, and from
-then on each step is one ``cuGraphLaunch``.  Outputs are copied into fresh torch tensors.
+then on each step is one ``cuGraphLaunch``.  The launches go on a few streams
+(:mod:`latch.runtime.streams`, ``LATCH_STREAMS``, default 4) following each launch's
+``after`` list from the compiler, so the graph runs kernels that touch disjoint buffers
+concurrently; a manifest without ``after`` (or ``LATCH_STREAMS=1``) runs in order on one
+stream.  Outputs are copied into fresh torch tensors.
 
 ``on_nonfinite`` (the manifest's compile options; "skip" when absent) is enforced inside the
 graph (:mod:`latch.runtime.guard`): a flag is set, the kernels run, one check kernel clears
@@ -42,7 +46,7 @@ import numpy as np
 
 from latch.errors import LatchError, NonFiniteError
 from latch.runtime import driver as drv
-from latch.runtime import guard
+from latch.runtime import guard, streams
 from latch.runtime.collectives import Collectives
 
 _TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
@@ -164,6 +168,9 @@ class CudaProgram:
         # destroyed, so tensors that record it stay valid after close()
         self.torch_stream = torch.cuda.Stream(device=self.torch_device)
         self.stream = drv.Stream(dev, handle=self.torch_stream.cuda_stream)
+        # more streams of our own for the launches that may run concurrently (a variant's
+        # stream plan: latch.runtime.streams); created once, used inside the CUDA graphs
+        self.side_streams = [drv.Stream(dev) for _ in range(streams.streams_wanted() - 1)]
 
         # one update variant per outcome of the program's every(N) conditions (the
         # manifest's "variants"; a program without them has one): each its own launch list,
@@ -448,6 +455,9 @@ class CudaProgram:
             for b in self.state_buffers + self.input_buffers + self.output_buffers:
                 b.alloc.free()
             self.arena.free()
+            for st in self.side_streams:
+                st.destroy()
+            self.side_streams = []
             self.stream.destroy()
 
 
@@ -467,6 +477,16 @@ class _Variant:
                                        process_group)
         self.graph: drv.Graph | None = None
         self.uses = 0
+        # the streams the launches go on: the launch list in order on the program's stream,
+        # or spread over its side streams by their dependencies (the manifest's "after")
+        after = [la.get("after") for la in spec["launches"]]
+        self.plan = None
+        if prog.side_streams and after and all(a is not None for a in after) and \
+                not spec.get("collectives"):
+            self.plan = streams.plan(after, 1 + len(prog.side_streams))
+            self.events = {i: drv.Event(timing=False)
+                           for i, r in enumerate(self.plan.record) if r}
+            self.fork = drv.Event(timing=False)
 
     def _setup_guard(self, manifest: dict) -> None:
         """Tables of the check and guarded-copy kernels: every new state value this variant
@@ -511,9 +531,12 @@ class _Variant:
         into the state buffers if the flag is set."""
         prog, stream = self.prog, self.prog.stream
         drv.memset_d32(prog.flag_ptr, 1, 1, stream, "non-finite flag")
-        for i, launch in enumerate(self.launches):
-            self.collectives.before_launch(i)      # data-parallel: start / wait for buckets
-            launch.enqueue(stream)
+        if self.plan is not None:
+            self._enqueue_planned()
+        else:
+            for i, launch in enumerate(self.launches):
+                self.collectives.before_launch(i)      # data-parallel: start / wait for buckets
+                launch.enqueue(stream)
         self.collectives.before_launch(len(self.launches))
         self._enqueue_guard(0)
         for src, dst, n in self.copies:
@@ -522,6 +545,25 @@ class _Variant:
             drv.memcpy_dtod(prog.status_ptr + 8, prog.output_buffers[0].ptr,
                             prog.output_buffers[0].nbytes, stream, "loss status")
         self._enqueue_guard(1)
+
+    def _enqueue_planned(self) -> None:
+        """The launches on the plan's streams: the side streams start after what the
+        program's stream holds so far, each launch first waits for its dependencies on
+        other streams, and the program's stream ends waiting for every side stream."""
+        plan, main = self.plan, self.prog.stream
+        on = [main] + self.prog.side_streams
+        self.fork.record(main)
+        for k in plan.used:
+            on[k].wait(self.fork)
+        for i, launch in enumerate(self.launches):
+            s = on[plan.stream[i]]
+            for d in plan.waits[i]:
+                s.wait(self.events[d])
+            launch.enqueue(s)
+            if plan.record[i]:
+                self.events[i].record(s)
+        for t in plan.tails:
+            main.wait(self.events[t])
 
     def run(self, stream, use_graph: bool, timings: dict) -> None:
         """The first use launches every kernel directly; the second records them into a

@@ -946,6 +946,17 @@ def test_one_hot_products_of_the_moe_become_scatter_kernels(cuda_models):
     assert not any(la["module"].startswith("latch_contract") for la in scatters)
 
 
+def test_every_launch_lists_the_launches_it_must_follow(cuda_models):
+    """Each launch's ``after`` (passes/launch_dependencies.py) names earlier launches only,
+    and the update is not a chain: many launches need not wait for the one before them
+    (the runtime runs those concurrently: latch.runtime.streams)."""
+    _, _, prog = cuda_models["tiny_moe"]
+    launches = prog.manifest["launches"]
+    assert all("after" in la and all(0 <= d < i for d in la["after"])
+               for i, la in enumerate(launches))
+    assert sum(1 for i, la in enumerate(launches) if i and i - 1 not in la["after"]) > 10
+
+
 def test_launches_beyond_cuda_grid_limits_are_a_compile_error():
     from mlir import ir
 
