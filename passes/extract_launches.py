@@ -22,9 +22,10 @@ location, ``"type": "ptr"``), the *base* pointer of the view: the kernel adds th
 (``index`` is ``i64``).  New state values are copied into the state buffers after the last
 launch (``copies``: ``{"src": location, "dst": {"state": i}, "bytes": n}``), so kernels always
 read the old state and write the new one elsewhere; a step is replayable as one CUDA graph.
-Each launch lists the earlier launches it must follow (``after``: those that last addressed
-a byte it can address; passes/launch_dependencies.py), so that the runtime may run the others
-concurrently; programs with collectives keep the plain order (no ``after``).
+Each launch lists the earlier launches it must follow (``after``: for a byte it reads, the
+last earlier launch that may have written it; for a byte it may write, that one and the
+launches that read it since; passes/launch_dependencies.py), so that the runtime may run the
+others concurrently; programs with collectives keep the plain order (no ``after``).
 
 A buffer-form ``latch.all_reduce`` (data-parallel programs) becomes an entry of
 ``collectives``: ``{"op": "all_reduce", "reduction", "bucket", "buffer": location, "dtype",
@@ -218,6 +219,7 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
     consts: dict = {}
     launches = []
     touched = []          # per launch: the byte ranges its buffer arguments can address
+    touched_args = []     # per launch: the kernel argument number of each of those ranges
     collectives = []
     arena_seen = False
     for op in ops[:-1]:
@@ -256,9 +258,10 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
         elif n == "memref.dealloc":
             continue
         elif n == "gpu.launch_func":
-            launch, ranges = _launch(op, consts, loc, span, name)
+            launch, ranges, arg_numbers = _launch(op, consts, loc, span, name)
             launches.append(launch)
             touched.append(ranges)
+            touched_args.append(arg_numbers)
         elif n == "latch.all_reduce" and len(op.operands) == 1 and not len(op.results):
             collectives.append(_collective(op, loc, len(launches), name))
         else:
@@ -287,8 +290,18 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
     for c in collectives:
         c["wait_before_launch"] = _first_toucher(c, touched)
     if not collectives:     # a data-parallel program keeps one stream (its reductions' waits)
-        from latch.passes.launch_dependencies import launch_dependencies
-        for launch, after in zip(launches, launch_dependencies(touched)):
+        from latch.passes.launch_dependencies import launch_dependencies, written_arguments
+        kernels = _kernel_functions(module)
+        written: dict = {}
+        accesses = []
+        for launch, ranges, arg_numbers in zip(launches, touched, touched_args):
+            key_ = (launch["module"], launch["kernel"])
+            if key_ not in written:
+                fn = kernels.get(key_)
+                written[key_] = written_arguments(fn) if fn is not None else None
+            w = written[key_]
+            accesses.append([r + (w is None or w[a],) for r, a in zip(ranges, arg_numbers)])
+        for launch, after in zip(launches, launch_dependencies(accesses)):
             launch["after"] = after
 
     return {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
@@ -394,7 +407,7 @@ def _launch(op, consts, loc, span, fname) -> dict:
                              f"beyond what CUDA allows (grid ≤ {list(_GRID_LIMITS)}, block ≤ "
                              "[1024, 1024, 64] and 1024 threads); the kernel former that made "
                              "it must tile differently")
-    args, ranges = [], []
+    args, ranges, arg_numbers = [], [], []
     for i, v in enumerate(view.kernelOperands):
         if isinstance(v.type, ir.MemRefType):
             if v not in loc:
@@ -403,6 +416,7 @@ def _launch(op, consts, loc, span, fname) -> dict:
             a = _base_pointer(dict(loc[v]), v.type, span.get(v, (None, 0)),
                               f"@{fname}: argument {i} of kernel {mod}::{fn}")
             ranges.append(_addressed(a, v.type))
+            arg_numbers.append(i)
             a["type"] = "ptr"
             args.append(a)
         elif v in consts:
@@ -412,7 +426,23 @@ def _launch(op, consts, loc, span, fname) -> dict:
             raise LatchError(f"@{fname}: argument {i} ({v.type}) of kernel {mod}::{fn} is "
                              "computed on the host at run time; the schedule needs constants")
     return {"module": mod, "kernel": fn, "grid": grid, "block": block,
-            "shared_bytes": shared_bytes, "args": args}, ranges
+            "shared_bytes": shared_bytes, "args": args}, ranges, arg_numbers
+
+
+def _kernel_functions(module) -> dict:
+    """(gpu.module name, gpu.func name) -> the kernel function, for every kernel of
+    ``module``."""
+    out = {}
+    for op in module.regions[0].blocks[0].operations:
+        op = _op(op)
+        if op.name != "gpu.module":
+            continue
+        mod = op.attributes["sym_name"].value
+        for inner in op.regions[0].blocks[0].operations:
+            inner = _op(inner)
+            if inner.name == "gpu.func":
+                out[(mod, inner.attributes["sym_name"].value)] = inner
+    return out
 
 
 def _addressed(a: dict, t) -> tuple[str, int, int]:

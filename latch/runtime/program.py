@@ -13,7 +13,7 @@ device-to-device copy each (skipped when the tensor already *is* the staging buf
 write the batch in place).  Then the launch list runs: the first step launches every kernel
 directly; the second records the same sequence into a CUDA graph with stream capture, and from
 then on each step is one ``cuGraphLaunch``.  The launches go on a few streams
-(:mod:`latch.runtime.streams`, ``LATCH_STREAMS``, default 4) following each launch's
+(:mod:`latch.runtime.streams`, ``LATCH_STREAMS``, default 8) following each launch's
 ``after`` list from the compiler, so the graph runs kernels that touch disjoint buffers
 concurrently; a manifest without ``after`` (or ``LATCH_STREAMS=1``) runs in order on one
 stream.  Outputs are copied into fresh torch tensors.

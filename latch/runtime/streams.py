@@ -18,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-STREAMS = 4     # the program's stream and three more (LATCH_STREAMS=1: one stream, in order)
+STREAMS = 8     # the program's stream and seven more (LATCH_STREAMS=1: one stream, in order);
+                # TinyMoE B2 on the H200: 14.57 ms on 1, 13.09 on 4, 12.80 on 8
+                # (tinymoe_bench-20261201T011847Z.json, …T013956Z.json, …T013911Z.json)
 
 
 def streams_wanted() -> int:

@@ -32,34 +32,38 @@ def _random_touches(rng, n: int) -> list:
         ranges = []
         for _ in range(rng.randint(0, 3)):
             lo = rng.randrange(0, 200)
-            ranges.append((rng.choice(spaces), lo, lo + rng.randrange(0, 40)))
+            ranges.append((rng.choice(spaces), lo, lo + rng.randrange(0, 40),
+                           rng.random() < 0.5))
         out.append(ranges)
     return out
 
 
-def _overlap(a, b) -> bool:
-    return any(s == t and lo < hi2 and lo2 < hi and lo < hi and lo2 < hi2
-               for s, lo, hi in a for t, lo2, hi2 in b)
+def _conflict(a, b) -> bool:
+    """Whether two launches' accesses share a byte that one of them may write."""
+    return any(s == t and lo < hi2 and lo2 < hi and lo < hi and lo2 < hi2 and (w or w2)
+               for s, lo, hi, w in a for t, lo2, hi2, w2 in b)
 
 
-def test_dependencies_order_every_overlapping_pair_and_nothing_else():
+def test_dependencies_order_every_conflicting_pair_and_nothing_else():
     rng = random.Random(0)
     for _ in range(200):
         touched = _random_touches(rng, rng.randint(1, 30))
         deps = launch_dependencies(touched)
         before = _closure(len(touched), [(d, j) for j, ds in enumerate(deps) for d in ds])
         for j in range(len(touched)):
-            assert all(_overlap(touched[d], touched[j]) for d in deps[j])   # real conflicts
+            assert all(_conflict(touched[d], touched[j]) for d in deps[j])  # real conflicts
             for i in range(j):
-                if _overlap(touched[i], touched[j]):
+                if _conflict(touched[i], touched[j]):
                     assert i in before[j], (i, j, touched)
 
 
-def test_disjoint_launches_have_no_dependencies():
-    touched = [[("arena", 0, 64)], [("arena", 64, 128)], [("state 3", 0, 8)],
-               [("arena", 32, 96)], [("arena", 0, 8)]]
-    # launch 4's bytes were last addressed by launch 0 (3 starts at byte 32)
-    assert launch_dependencies(touched) == [[], [], [], [0, 1], [0]]
+def test_disjoint_launches_and_readers_have_no_dependencies():
+    W, R = True, False
+    touched = [[("arena", 0, 64, W)], [("arena", 64, 128, W)], [("state 3", 0, 8, W)],
+               [("arena", 32, 96, R)], [("arena", 0, 8, R)], [("arena", 0, 100, W)]]
+    # the two readers (3, 4) follow the writers of their bytes, not each other; the last
+    # writer follows both readers (and, through them, both writers)
+    assert launch_dependencies(touched) == [[], [], [], [0, 1], [0], [0, 1, 3, 4]]
 
 
 def _random_dag(rng, n: int) -> list:
@@ -98,3 +102,36 @@ def test_independent_chains_go_on_different_streams():
     assert p.stream[1] == p.stream[3] == p.stream[5] != p.stream[0]
     assert len(p.waits[6]) == 1
 
+
+
+def test_written_arguments_tells_reads_from_writes():
+    """Loads (also through views) and an async copy's source only read; stores, atomics,
+    an async copy's destination and anything unknown may write."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.passes.launch_dependencies import written_arguments
+
+    text = """
+    module attributes {gpu.container_module} {
+      gpu.module @m {
+        gpu.func @k(%a: memref<64xf32>, %b: memref<8x8xf32>, %c: memref<64xf32>,
+                    %d: memref<64xbf16>, %e: memref<64xf32>, %n: index, %f: memref<64xf32>,
+                    %s: memref<64xbf16, #gpu.address_space<workgroup>>) kernel {
+          %c0 = arith.constant 0 : index
+          %x = memref.load %a[%c0] : memref<64xf32>
+          %v = memref.subview %b[0, 0] [1, 8] [1, 1] : memref<8x8xf32> to memref<8xf32, strided<[1]>>
+          %y = vector.load %v[%c0] : memref<8xf32, strided<[1]>>, vector<4xf32>
+          memref.store %x, %c[%c0] : memref<64xf32>
+          %t = nvgpu.device_async_copy %d[%c0], %s[%c0], 8 : memref<64xbf16> to memref<64xbf16, #gpu.address_space<workgroup>>
+          %z = memref.atomic_rmw addf %x, %e[%c0] : (f32, memref<64xf32>) -> f32
+          gpu.return
+        }
+      }
+    }"""
+    with ir.Context() as ctx, ir.Location.unknown():
+        latch.dialect.load(ctx)
+        m = ir.Module.parse(text)
+        gm = next(o for o in m.body.operations if o.operation.name == "gpu.module")
+        fn = next(iter(gm.regions[0].blocks[0].operations))
+        assert written_arguments(fn) == [False, False, True, False, True, False, False, True]
