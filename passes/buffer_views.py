@@ -36,18 +36,21 @@ def users(alloc) -> list:
     return found
 
 
-def last_writer(buffer, op):
+def last_writer(buffer, op, before: list | None = None):
     """The all-parallel ``linalg.generic`` that last wrote the whole allocation ``buffer``
     views, before ``op`` in the same block; None if another op may have written it since
-    (or if that is not known)."""
+    (or if that is not known).  ``before``: the ops in front of ``op`` in its block, in
+    order, when the caller has them (a pass asking for every op of a long block would
+    otherwise list the block once per question)."""
     from mlir import ir
 
     base = root(buffer)
     if hasattr(base.owner, "arguments") or not ir.MemRefType(base.type).has_static_shape:
         return None                                  # a function argument
-    ops = [_op(o) for o in op.operation.block.operations]
-    here = next(i for i, o in enumerate(ops) if o == op)
-    for prev in reversed(ops[:here]):
+    if before is None:
+        ops = [_op(o) for o in op.operation.block.operations]
+        before = ops[:next(i for i, o in enumerate(ops) if o == op)]
+    for prev in reversed(before):
         if prev.name == "linalg.generic":
             seg = list(ir.DenseI32ArrayAttr(prev.attributes["operandSegmentSizes"]))
             outs = list(prev.operands)[seg[0]:]

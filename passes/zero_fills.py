@@ -43,7 +43,7 @@ def _copy_operands(op):
     return src, op.operands[1]
 
 
-def _fill(dst, indexing_map, iterators, attributes) -> None:
+def _fill(dst, indexing_map, iterators, attributes):
     """``linalg.generic outs(dst) { yield 0.0 }`` at the current insertion point (the
     constant made here: the source fill's may live in its body, which may go)."""
     from mlir import ir
@@ -58,6 +58,7 @@ def _fill(dst, indexing_map, iterators, attributes) -> None:
     block = op.regions[0].blocks.append(elt)
     with ir.InsertionPoint(block):
         ir.Operation.create("linalg.yield", [], [zero])
+    return _op(op)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,19 +72,19 @@ class ForwardZeroFills(ModulePass):
 
         for f in function_definitions(module):
             block = f.regions[0].blocks[0]
-            for op in list(block.operations):
-                op = _op(op)
+            ops = [_op(o) for o in block.operations]     # kept in step with the block
+            for i, op in enumerate(ops):
                 pair = _copy_operands(op)
                 if pair is None:
                     continue
                 src, dst = pair
-                source_fill = last_writer(src, op)
+                source_fill = last_writer(src, op, ops[:i])
                 if source_fill is None or not writes_zero(source_fill):
                     continue
                 maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
                 keep = {n: op.attributes[n] for n in op.attributes if n.startswith("latch.")}
                 with ir.InsertionPoint(op), op.location:
-                    _fill(dst, maps[1], op.attributes["iterator_types"], keep)
+                    ops[i] = _fill(dst, maps[1], op.attributes["iterator_types"], keep)
                 op.erase()
             # zero fills of allocations that nothing reads
             for op in list(block.operations):
