@@ -50,7 +50,17 @@ def last_writer(buffer, op, before: list | None = None):
     if before is None:
         ops = [_op(o) for o in op.operation.block.operations]
         before = ops[:next(i for i, o in enumerate(ops) if o == op)]
-    for prev in reversed(before):
+    return writer_among(base, reversed(before))[1]
+
+
+def writer_among(base, latest_first) -> tuple[bool, object]:
+    """Walking back through ``latest_first`` (ops of one block, latest first): (True, the
+    all-parallel generic that wrote the whole allocation ``base``) at the first op that
+    writes it, (True, None) if that op is anything else, (False, None) if none of the ops
+    writes it (the answer lies further back)."""
+    from mlir import ir
+
+    for prev in latest_first:
         if prev.name == "linalg.generic":
             seg = list(ir.DenseI32ArrayAttr(prev.attributes["operandSegmentSizes"]))
             outs = list(prev.operands)[seg[0]:]
@@ -62,11 +72,11 @@ def last_writer(buffer, op, before: list | None = None):
             bijective = out_map.is_permutation
             whole = _numel(outs[-1].type) == _numel(base.type) if len(outs) == 1 else False
             if whole and bijective and all("parallel" in t for t in its):
-                return prev
-            return None
+                return True, prev
+            return True, None
         if may_write(prev, base):
-            return None
-    return None
+            return True, None
+    return False, None
 
 
 def _numel(t) -> int:
