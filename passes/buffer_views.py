@@ -36,24 +36,52 @@ def users(alloc) -> list:
     return found
 
 
-def last_writer(buffer, op, before: list | None = None):
+def last_writer(buffer, op):
     """The all-parallel ``linalg.generic`` that last wrote the whole allocation ``buffer``
     views, before ``op`` in the same block; None if another op may have written it since
-    (or if that is not known).  ``before``: the ops in front of ``op`` in its block, in
-    order, when the caller has them (a pass asking for every op of a long block would
-    otherwise list the block once per question)."""
+    (or if that is not known)."""
+    base = root(buffer)
+    if not _writers_known(base):
+        return None
+    ops = [_op(o) for o in op.operation.block.operations]
+    here = next(i for i, o in enumerate(ops) if o == op)
+    return _writer_among(base, reversed(ops[:here]))[1]
+
+
+class LastWriters:
+    """:func:`last_writer` for many questions about one block's ops, asked in block order
+    (``ops``: the block's ops, kept in step with it by the caller): each answer looks back
+    only to where the same allocation was last asked about (a zero buffer copied all over a
+    long function would otherwise be looked for from every copy back to its one fill)."""
+
+    def __init__(self, ops: list):
+        self.ops = ops
+        self.known: dict = {}        # allocation -> (position asked at, its last writer there)
+
+    def at(self, buffer, i: int):
+        """:func:`last_writer` of ``buffer`` before ``ops[i]``."""
+        base = root(buffer)
+        if not _writers_known(base):
+            return None
+        if base in self.known:
+            at, writer = self.known[base]
+            decided, found = _writer_among(base, reversed(self.ops[at:i]))
+            writer = found if decided else writer
+        else:
+            writer = _writer_among(base, reversed(self.ops[:i]))[1]
+        self.known[base] = (i, writer)
+        return writer
+
+
+def _writers_known(base) -> bool:
+    """Whether the writers of allocation ``base`` are all in its function (not an
+    argument) and its size is static."""
     from mlir import ir
 
-    base = root(buffer)
-    if hasattr(base.owner, "arguments") or not ir.MemRefType(base.type).has_static_shape:
-        return None                                  # a function argument
-    if before is None:
-        ops = [_op(o) for o in op.operation.block.operations]
-        before = ops[:next(i for i, o in enumerate(ops) if o == op)]
-    return writer_among(base, reversed(before))[1]
+    return not hasattr(base.owner, "arguments") and ir.MemRefType(base.type).has_static_shape
 
 
-def writer_among(base, latest_first) -> tuple[bool, object]:
+def _writer_among(base, latest_first) -> tuple[bool, object]:
     """Walking back through ``latest_first`` (ops of one block, latest first): (True, the
     all-parallel generic that wrote the whole allocation ``base``) at the first op that
     writes it, (True, None) if that op is anything else, (False, None) if none of the ops
@@ -77,6 +105,27 @@ def writer_among(base, latest_first) -> tuple[bool, object]:
         if may_write(prev, base):
             return True, None
     return False, None
+
+
+def arena_span(v):
+    """(first byte, end) of the planned arena slot of the allocation ``v`` views, or None
+    when it has none (a function argument, a pinned buffer)."""
+    from latch.passes.plan_memory import planned_range
+
+    base = root(v)
+    return None if hasattr(base.owner, "arguments") else planned_range(_op(base.owner))
+
+
+def slots_overlap(a, b) -> bool:
+    """Whether two :func:`arena_span` results share bytes (None shares nothing)."""
+    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
+
+
+def may_share_bytes(a, b) -> bool:
+    """Whether buffers ``a`` and ``b`` may address a common byte: views of one allocation,
+    or allocations whose planned slots overlap (distinct arguments and allocations
+    without overlapping slots are distinct buffers)."""
+    return root(a) == root(b) or slots_overlap(arena_span(a), arena_span(b))
 
 
 def _numel(t) -> int:

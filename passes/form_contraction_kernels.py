@@ -63,7 +63,8 @@ import math
 
 from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
-from latch.passes.buffer_views import VIEW_OPS, last_writer, root, users
+from latch.passes.buffer_views import (VIEW_OPS, arena_span, last_writer, root,
+                                       slots_overlap, users)
 from latch.passes.generic_body import clone_body_ops, index_constant
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
@@ -381,8 +382,8 @@ def _narrowing_reader(con: Contraction, check_slots: bool = True):
             return None
     else:
         return None
-    span = _arena_span(out) if check_slots else None
-    if span is not None and any(_overlaps(span, _arena_span(v))
+    span = arena_span(out) if check_slots else None
+    if span is not None and any(slots_overlap(span, arena_span(v))
                                 for v in list(con.inputs) + list(con.captured)):
         return None
     return g
@@ -408,19 +409,6 @@ def _hoist_between(op, later) -> None:
         if between == later:
             break
         between.move_before(op)
-
-
-def _arena_span(v):
-    """(first byte, end) of the planned slot of the allocation ``v`` views, or None when it
-    is not one (a function argument, a pinned buffer)."""
-    from latch.passes.plan_memory import planned_range
-
-    base = root(v)
-    return None if hasattr(base.owner, "arguments") else planned_range(_op(base.owner))
-
-
-def _overlaps(a, b) -> bool:
-    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
 def _zeroing_ops(op, c) -> list | None:

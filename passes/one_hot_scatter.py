@@ -311,23 +311,13 @@ def lanes(sc: Scatter) -> int:
     last dimension, a multiple of 4 long, and every 4-column group starts 16 bytes aligned
     (the other strides and the offset multiples of 4) — what latch-vector-atomics needs to
     make the four adds one ``red.global.add.v4.f32``; else 1."""
-    from mlir import ir
-
-    from latch.passes.vector_atomics import LANES
+    from latch.passes.vector_atomics import LANES, aligned_rows
 
     con = sc.con
-    value_group = "n" if con.indicator == 0 else "m"
-    dims = con.groups[value_group]
-    mt = ir.MemRefType(con.c.type)
-    if not dims or str(mt.element_type) != "f32" or mt.memory_space is not None:
-        return 1
-    strides, offset = mt.get_strides_and_offset()
-    fastest = dims[-1]
-    if con.maps[-1][-1] != ("d", fastest) or strides[-1] != 1 or \
-            con.sizes[fastest] % LANES or offset % LANES or \
-            any(s % LANES for s in strides[:-1]):
-        return 1
-    return LANES
+    dims = con.groups["n" if con.indicator == 0 else "m"]
+    if dims and con.maps[-1][-1] == ("d", dims[-1]) and aligned_rows(con.c.type):
+        return LANES
+    return 1
 
 
 def _target(sc: Scatter, dims: list):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import VIEW_OPS, root
+from latch.passes.buffer_views import VIEW_OPS, may_share_bytes
 
 _PURE = ("arith.", "math.")
 _NESTED = ("scf.for", "scf.if", "scf.yield")
@@ -46,60 +46,32 @@ class RegisterAccumulators(ModulePass):
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
-            loops = []
-            _collect_loops(func_op, loops)
-            for loop in loops:          # innermost first: a rewritten loop's parent comes later
+            # innermost first (post-order): a rewritten loop's parent comes later
+            for loop in [o for o in _nested_ops(func_op) if o.name == "scf.for"]:
                 _rewrite(loop)
 
 
-def _collect_loops(op, out: list) -> None:
-    """Every ``scf.for`` nested in ``op``, inner loops before the loops holding them."""
+def _nested_ops(op) -> list:
+    """Every op nested in ``op``, each after the ops nested in it."""
+    out = []
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 inner = _op(inner)
-                _collect_loops(inner, out)
-                if inner.name == "scf.for":
-                    out.append(inner)
+                out += _nested_ops(inner)
+                out.append(inner)
+    return out
 
 
 def _defined_outside(v, loop) -> bool:
     """Whether value ``v`` is defined outside ``loop`` (not in any of its regions)."""
     owner = v.owner
-    op = owner.owner if hasattr(owner, "arguments") else owner
-    while True:
-        op = _op(op)
-        if op.operation == loop.operation:
+    op = _op(owner.owner if hasattr(owner, "arguments") else owner).operation
+    while op is not None:
+        if op == loop.operation:
             return False
-        if op.name in ("func.func", "builtin.module", "gpu.func", "gpu.module"):
-            return True
-        op = op.operation.block.owner
-
-
-def _planned(v):
-    from latch.passes.plan_memory import planned_range
-
-    return None if hasattr(v.owner, "arguments") else planned_range(_op(v.owner))
-
-
-def _may_alias(a, b) -> bool:
-    """Whether buffers ``a`` and ``b`` may share bytes (same root, or overlapping planned
-    arena slots; distinct function arguments and allocations are distinct buffers)."""
-    ra, rb = root(a), root(b)
-    if ra == rb:
-        return True
-    sa, sb = _planned(ra), _planned(rb)
-    return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
-
-
-def _body_ops(op, out: list) -> list:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                out.append(inner)
-                _body_ops(inner, out)
-    return out
+        op = op.parent
+    return True
 
 
 def _rewrite(loop) -> bool:
@@ -120,12 +92,12 @@ def _rewrite(loop) -> bool:
     load = loads[0]
     if not _defined_outside(buf, loop) or not all(_defined_outside(i, loop) for i in where):
         return False
-    for o in _body_ops(loop, []):
+    for o in _nested_ops(loop):
         if o == load or o == store:
             continue
         if o.name in ("memref.load", "memref.store"):
             other = o.operands[0] if o.name == "memref.load" else o.operands[1]
-            if _may_alias(other, buf):
+            if may_share_bytes(other, buf):
                 return False
         elif not (o.name.startswith(_PURE) or o.name in _NESTED or o.name in VIEW_OPS):
             return False

@@ -35,6 +35,7 @@ import dataclasses
 import re
 
 from latch.passes.base import ModulePass, int_constant, operation as _op
+from latch.passes.generic_body import index_constant
 
 LANES = 4
 # the address is a generic one (kernel arguments are plain pointers): converted to global
@@ -58,6 +59,8 @@ class VectorAtomics(ModulePass):
     features: str = "+ptx81"
 
     def apply(self, module) -> None:
+        from mlir import ir
+
         if not supported(self.chip, self.features):
             return
         blocks = []
@@ -68,7 +71,7 @@ class VectorAtomics(ModulePass):
                 block = o.operation.block
                 if all(block != b for b in blocks):
                     blocks.append(block)
-            return _walk_advance()
+            return ir.WalkResult.ADVANCE
 
         module.walk(visit)
         for block in blocks:
@@ -80,12 +83,6 @@ class VectorAtomics(ModulePass):
                     i += LANES
                 else:
                     i += 1
-
-
-def _walk_advance():
-    from mlir import ir
-
-    return ir.WalkResult.ADVANCE
 
 
 def _is_add(op) -> bool:
@@ -115,11 +112,14 @@ def _multiple_of_lanes(v) -> bool:
         return c % LANES == 0
     if hasattr(v.owner, "arguments") or _op(v.owner).name != "arith.muli":
         return False
-    return any((int_constant(x) or 1) % LANES == 0 and int_constant(x) is not None
-               for x in _op(v.owner).operands)
+    factors = [int_constant(x) for x in _op(v.owner).operands]
+    return any(c is not None and c % LANES == 0 for c in factors)
 
 
-def _aligned_layout(t) -> bool:
+def aligned_rows(t) -> bool:
+    """Whether memref type ``t`` holds f32 rows (its last dimension, unit stride, a multiple
+    of four long) in global memory whose every group of four columns from a multiple of four
+    starts 16 bytes aligned (the other strides and the offset multiples of four)."""
     from mlir import ir
 
     mt = ir.MemRefType(t)
@@ -134,7 +134,7 @@ def _group(ops) -> bool:
     if not all(_is_add(o) for o in ops):
         return False
     ref = ops[0].operands[1]
-    if not _aligned_layout(ref.type):
+    if not aligned_rows(ref.type):
         return False
     lead = list(ops[0].operands[2:-1])
     base = ops[0].operands[-1]
@@ -158,21 +158,17 @@ def _fuse(ops) -> None:
     mt = ir.MemRefType(ref.type)
     strides, offset = mt.get_strides_and_offset()
 
-    def const(v):
-        return ir.Operation.create("arith.constant", [index],
-                                   attributes={"value": ir.IntegerAttr.get(index, v)}).result
-
     def arith(name, a, b):
         return ir.Operation.create(f"arith.{name}", [index], [a, b]).result
 
     with ir.InsertionPoint(first), first.location:
         base = ir.Operation.create("memref.extract_aligned_pointer_as_index", [index],
                                    [ref]).result
-        linear = const(offset)
+        linear = index_constant(offset)
         for idx, stride in zip(first.operands[2:], strides):
-            linear = arith("addi", linear, idx if stride == 1 else arith("muli", idx,
-                                                                          const(stride)))
-        address = arith("addi", base, arith("muli", linear, const(4)))
+            step = idx if stride == 1 else arith("muli", idx, index_constant(stride))
+            linear = arith("addi", linear, step)
+        address = arith("addi", base, arith("muli", linear, index_constant(4)))
         address = ir.Operation.create("arith.index_cast", [i64], [address]).result
         llvm.InlineAsmOp(None, [address] + [o.operands[0] for o in ops], ASM, "l,f,f,f,f",
                          has_side_effects=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import last_writer, root, users, writer_among
+from latch.passes.buffer_views import LastWriters, root, users
 from latch.passes.form_contraction_kernels import copied_buffer, writes_zero
 
 
@@ -73,25 +73,13 @@ class ForwardZeroFills(ModulePass):
         for f in function_definitions(module):
             block = f.regions[0].blocks[0]
             ops = [_op(o) for o in block.operations]     # kept in step with the block
-            known: dict = {}     # source root -> (position asked at, its last writer there)
+            writers = LastWriters(ops)
             for i, op in enumerate(ops):
                 pair = _copy_operands(op)
                 if pair is None:
                     continue
                 src, dst = pair
-                # one zero buffer is often copied all over the function: look back only to
-                # where the same question was last answered
-                base = root(src)
-                if hasattr(base.owner, "arguments") or \
-                        not ir.MemRefType(base.type).has_static_shape:
-                    continue                     # last_writer knows nothing of those
-                if base in known:
-                    at, writer = known[base]
-                    decided, found = writer_among(base, reversed(ops[at:i]))
-                    source_fill = found if decided else writer
-                else:
-                    source_fill = last_writer(src, op, ops[:i])
-                known[base] = (i, source_fill)
+                source_fill = writers.at(src, i)
                 if source_fill is None or not writes_zero(source_fill):
                     continue
                 maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
