@@ -313,6 +313,11 @@ class Event:
     def elapsed_ms(self, end: "Event") -> float:
         return float(call("cuEventElapsedTime", self.handle, end.handle))
 
+    def destroy(self) -> None:
+        if getattr(self, "handle", None) is not None:
+            driver().cuEventDestroy(self.handle)
+        self.handle = None
+
 
 class Graph:
     """A CUDA graph captured from a stream and instantiated."""

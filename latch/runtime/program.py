@@ -480,7 +480,7 @@ class _Variant:
         # the streams the launches go on: the launch list in order on the program's stream,
         # or spread over its side streams by their dependencies (the manifest's "after")
         after = [la.get("after") for la in spec["launches"]]
-        self.plan = None
+        self.plan, self.events, self.fork = None, {}, None
         if prog.side_streams and after and all(a is not None for a in after) and \
                 not spec.get("collectives"):
             self.plan = streams.plan(after, 1 + len(prog.side_streams))
@@ -587,6 +587,9 @@ class _Variant:
         if self.tables is not None:
             self.tables.free()
             self.tables = None
+        for event in list(self.events.values()) + ([self.fork] if self.fork else []):
+            event.destroy()
+        self.events, self.fork = {}, None
 
 
 class CudaTrainingState:

@@ -1,8 +1,9 @@
 """Which stream each launch of an update goes on, so that the CUDA graph captured from them
 runs kernels concurrently where the compiler found them independent.
 
-Each launch of a manifest may list ``after``: the earlier launches it must follow (those that
-last addressed a byte it can address; passes/launch_dependencies.py).  :func:`plan` puts the
+Each launch of a manifest may list ``after``: the earlier launches it must follow (for a
+byte it reads, the last launch that may have written it; for a byte it may write, that one
+and the launches that read it since; passes/launch_dependencies.py).  :func:`plan` puts the
 launches on ``streams`` streams (0 is the program's own stream): a launch continues the
 stream of its latest dependency when that dependency is the stream's last launch, else it
 takes the stream that has been idle longest; for every dependency on another stream it
