@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from simt import Simt
+from test_contraction_simt import contraction_text
 
 
 def _run(text: str, pipeline: str):
@@ -26,23 +27,8 @@ def _run(text: str, pipeline: str):
     return m, ctx
 
 
-SHORT = """
-#a = affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>
-#b = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
-#c = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
-func.func @main(%x: memref<64x2x4xbf16>, %w: memref<2x4x96xbf16>, %o: memref<64x96xf32>) {
-  linalg.generic {indexing_maps = [#a, #b, #c],
-                  iterator_types = ["parallel", "parallel", "reduction", "reduction"]}
-      ins(%x, %w : memref<64x2x4xbf16>, memref<2x4x96xbf16>) outs(%o : memref<64x96xf32>) {
-  ^bb0(%p: bf16, %q: bf16, %acc: f32):
-    %pe = arith.extf %p : bf16 to f32
-    %qe = arith.extf %q : bf16 to f32
-    %m = arith.mulf %pe, %qe : f32
-    %s = arith.addf %acc, %m : f32
-    linalg.yield %s : f32
-  }
-  return
-}"""
+# out[a, n] += x[a, t, k] * w[t, k, n]: 8 terms a sum over two reduction loops
+SHORT = contraction_text({"a": 64, "n": 96, "t": 2, "k": 4}, "atk", "tkn", "an")
 
 
 def test_short_reduction_accumulates_in_registers():
@@ -75,17 +61,18 @@ def test_loops_are_rewritten_inside_out_and_aliasing_outputs_are_left():
     assert text.count("iter_args") == 2 and text.count("memref.store") == 1
     # the output a view of the same allocation as an input: nothing proves them disjoint
     aliased = SHORT.replace(
-        "func.func @main(%x: memref<64x2x4xbf16>, %w: memref<2x4x96xbf16>, %o: memref<64x96xf32>) {",
-        "func.func @main(%x: memref<64x2x4xbf16>, %w: memref<2x4x96xbf16>, %buf: memref<6144xf32>) {\n"
-        "  %o = memref.expand_shape %buf [[0, 1]] output_shape [64, 96] : memref<6144xf32> into memref<64x96xf32>\n"
-        "  %y = memref.expand_shape %buf [[0, 1, 2]] output_shape [64, 96, 1] : memref<6144xf32> into memref<64x96x1xf32>")
-    aliased = aliased.replace("^bb0(%p: bf16, %q: bf16, %acc: f32):",
-                              "^bb0(%p: bf16, %q: bf16, %acc: f32):\n"
-                              "    %i0 = linalg.index 0 : index\n"
-                              "    %c0 = arith.constant 0 : index\n"
-                              "    %peek = memref.load %y[%i0, %c0, %c0] : memref<64x96x1xf32>")
-    aliased = aliased.replace("%s = arith.addf %acc, %m : f32",
-                              "%s0 = arith.addf %acc, %m : f32\n    %s = arith.addf %s0, %peek : f32")
+        "func.func @main(%a: memref<64x2x4xbf16>, %b: memref<2x4x96xbf16>, %c: memref<64x96xf32>) {",
+        "func.func @main(%a: memref<64x2x4xbf16>, %b: memref<2x4x96xbf16>, %buf: memref<6144xf32>) {\n"
+        "  %c = memref.expand_shape %buf [[0, 1]] output_shape [64, 96] : memref<6144xf32> into memref<64x96xf32>\n"
+        "  %y3 = memref.expand_shape %buf [[0, 1, 2]] output_shape [64, 96, 1] : memref<6144xf32> into memref<64x96x1xf32>")
+    aliased = aliased.replace("^bb0(%x: bf16, %y: bf16, %acc: f32):",
+                              "^bb0(%x: bf16, %y: bf16, %acc: f32):\n"
+                              "      %i0 = linalg.index 0 : index\n"
+                              "      %c0 = arith.constant 0 : index\n"
+                              "      %peek = memref.load %y3[%i0, %c0, %c0] : memref<64x96x1xf32>")
+    aliased = aliased.replace("%s = arith.addf %acc, %p : f32",
+                              "%s0 = arith.addf %acc, %p : f32\n      %s = arith.addf %s0, %peek : f32")
+    assert "%peek" in aliased and "%buf" in aliased and "%s0" in aliased
     m, _ = _run(aliased, "builtin.module(func.func(convert-linalg-to-parallel-loops), "
                          "latch-register-accumulators)")
     assert "iter_args" not in str(m)
