@@ -7,8 +7,12 @@ Loads the artifact, initializes its state from the model (``--model``: a workloa
 bench/bf16_probe_build.py, rebuilt from its seed), runs one update, then enqueues the
 update's launch list ``--repeats`` times with a CUDA event between consecutive launches
 and reports, per launch, the median time: the sum (≈ the update without graph replay's
-launch overhead), the time per kernel class (tensor-core contraction, SIMT contraction,
-one-block kernels, fused attention, other), and the ``--top`` slowest launches with grid and block.
+launch overhead), the critical path (the longest chain of launches through the manifest's
+``after`` lists, weighted by those times: what the update would take on unlimited streams
+with free launches), the time per kernel class (tensor-core contraction, SIMT contraction,
+one-block kernels, fused attention, other), and the ``--top`` slowest launches with grid
+and block.  The launches are enqueued in chunks behind a sleeping kernel, so the GPU never
+waits for the host between two of them (a per-launch time is the kernel's, not Python's).
 Writes the same as JSON to $OUT/profile-<artifact>.json when $OUT is set.
 """
 from __future__ import annotations
@@ -23,6 +27,28 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+
+
+CHUNK = 256                 # launches enqueued behind one sleep
+SLEEP_CYCLES = 20_000_000   # ≈ 10 ms at the H200's clock: longer than enqueueing a chunk
+
+
+def critical_path(after, ms):
+    """(ms, [launch index]) of the longest chain through ``after`` (launch i follows the
+    launches after[i]), each launch weighted by ms[i]; None when a launch has no list."""
+    if not after or any(a is None for a in after):
+        return None
+    best, prev = [0.0] * len(ms), [None] * len(ms)
+    for i, deps in enumerate(after):
+        j = max(deps, key=lambda d: best[d], default=None)
+        best[i] = ms[i] + (best[j] if j is not None else 0.0)
+        prev[i] = j
+    end = max(range(len(ms)), key=lambda i: best[i])
+    chain = []
+    while end is not None:
+        chain.append(end)
+        end = prev[end]
+    return best[chain[0]], chain[::-1]
 
 
 def kernel_class(launch, ptx_has_mma: dict) -> str:
@@ -61,15 +87,20 @@ def main(argv=None) -> int:
     per = [[] for _ in launches]
     stream = prog.torch_stream
     for _ in range(args.repeats):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(launches) + 1)]
-        events[0].record(stream)
-        for i, la in enumerate(launches):
-            la.enqueue(prog.stream)
-            events[i + 1].record(stream)
-        stream.synchronize()
-        for i in range(len(launches)):
-            per[i].append(events[i].elapsed_time(events[i + 1]))
+        for lo in range(0, len(launches), CHUNK):
+            chunk = range(lo, min(lo + CHUNK, len(launches)))
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(len(chunk) + 1)]
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(SLEEP_CYCLES)    # the host enqueues the chunk meanwhile
+            events[0].record(stream)
+            for k, i in enumerate(chunk):
+                launches[i].enqueue(prog.stream)
+                events[k + 1].record(stream)
+            stream.synchronize()
+            for k, i in enumerate(chunk):
+                per[i].append(events[k].elapsed_time(events[k + 1]))
     med = [statistics.median(t) for t in per]
+    path = critical_path([la.spec.get("after") for la in launches], med)
     classes: dict[str, list] = {}
     for la, t in zip(launches, med):
         c = classes.setdefault(kernel_class(la, ptx_has_mma), [0, 0.0])
@@ -78,6 +109,8 @@ def main(argv=None) -> int:
     total = sum(med)
     print(f"{os.path.basename(args.artifact)}: {len(launches)} launches, sum of medians "
           f"{total:.3f} ms")
+    if path is not None:
+        print(f"  critical path {path[0]:.3f} ms over {len(path[1])} launches")
     for c, (n, t) in sorted(classes.items(), key=lambda kv: -kv[1][1]):
         print(f"  {c:18s} {n:5d} launches {t:9.3f} ms ({100 * t / total:5.1f}%)")
     order = sorted(range(len(launches)), key=lambda i: -med[i])[:args.top]
@@ -98,6 +131,8 @@ def main(argv=None) -> int:
                      for i, (la, t) in enumerate(zip(launches, med))]
             json.dump({"artifact": args.artifact, "commit": os.environ.get("LATCH_COMMIT"),
                        "gpu": torch.cuda.get_device_name(), "total_ms": total,
+                       "critical_path_ms": path[0] if path else None,
+                       "critical_path": path[1] if path else None,
                        "classes": classes, "top": top, "launches": every}, f)
     return 0
 

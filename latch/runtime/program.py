@@ -20,12 +20,15 @@ stream.  Outputs are copied into fresh torch tensors.
 
 ``on_nonfinite`` (the manifest's compile options; "skip" when absent) is enforced inside the
 graph (:mod:`latch.runtime.guard`): a flag is set, the kernels run, one check kernel clears
-the flag if the loss or any new floating-point state value is NaN/inf, and one guarded copy
-kernel commits the new state values (counters included) only when the flag is set.  The
-state API (``step(state, *batch)``) reads the flag with the loss (one 16-byte device-to-host
-copy after the graph) and then counts ``state.skipped_steps`` ("skip") or raises
-:class:`latch.NonFiniteError` ("raise"); either way the state is bitwise unchanged.  The raw
-API (``step(*tensors)``) is guarded the same way without a host read
+the flag if the loss or any new floating-point state value is NaN/inf, and the new state
+values (counters included) are committed only when the flag is set.  Commit is by swap
+where it can be (:mod:`latch.runtime.commit`: two graphs, each state's two buffers trading
+the roles of old and new value, the host flipping between them after reading the flag),
+else by one guarded copy kernel.  The state API (``step(state, *batch)``) reads the flag
+with the loss (one 16-byte device-to-host copy after the graph) and then counts
+``state.skipped_steps`` ("skip") or raises :class:`latch.NonFiniteError` ("raise"); either
+way the state is bitwise unchanged.  The raw API (``step(*tensors)``) is guarded the same
+way; with commit by swap it reads the previous step's flag before enqueuing the next
 (:meth:`CudaProgram.step_committed` reads the flag).  Work runs on a stream of its own (taken from PyTorch's stream
 pool, so it is capturable and outlives the program) ordered after PyTorch's current stream,
 and PyTorch's current stream is ordered after it, so results can be used directly.
@@ -46,7 +49,7 @@ import numpy as np
 
 from latch.errors import LatchError, NonFiniteError
 from latch.runtime import driver as drv
-from latch.runtime import guard, streams
+from latch.runtime import commit, guard, streams
 from latch.runtime.collectives import Collectives
 
 _TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
@@ -82,19 +85,29 @@ class _Buffer:
         shape = tuple(self.spec["shape"])
         if self.nbytes == 0:
             return torch.empty(shape, dtype=torch_dtype(self.spec["dtype"]), device="cuda")
-        holder = _CudaArray(self.alloc, self.nbytes)
-        raw = torch.as_tensor(holder, device=f"cuda:{self.alloc.device.ordinal}")
-        return raw.view(torch_dtype(self.spec["dtype"])).reshape(shape)
+        return _view_at(self.alloc, 0, self.spec)
+
+
+def _view_at(alloc: drv.Allocation, offset: int, spec: dict):
+    """A torch tensor of layout ``spec`` aliasing ``alloc`` from byte ``offset``."""
+    import torch
+
+    shape, nbytes = tuple(spec["shape"]), int(spec["bytes"])
+    if nbytes == 0:
+        return torch.empty(shape, dtype=torch_dtype(spec["dtype"]), device="cuda")
+    holder = _CudaArray(alloc, nbytes, offset)
+    raw = torch.as_tensor(holder, device=f"cuda:{alloc.device.ordinal}")
+    return raw.view(torch_dtype(spec["dtype"])).reshape(shape)
 
 
 class _CudaArray:
     """``__cuda_array_interface__`` over an allocation (as bytes); torch.as_tensor keeps a
     reference to it, and it keeps the allocation alive."""
 
-    def __init__(self, alloc: drv.Allocation, nbytes: int):
+    def __init__(self, alloc: drv.Allocation, nbytes: int, offset: int = 0):
         self._alloc = alloc
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
-                                         "data": (alloc.ptr, False), "version": 2,
+                                         "data": (alloc.ptr + offset, False), "version": 2,
                                          "strides": None}
 
 
@@ -171,6 +184,11 @@ class CudaProgram:
         # more streams of our own for the launches that may run concurrently (a variant's
         # stream plan: latch.runtime.streams); created once, used inside the CUDA graphs
         self.side_streams = [drv.Stream(dev) for _ in range(streams.streams_wanted() - 1)]
+        # commit by swap (latch.runtime.commit): the states whose new value has an unshared
+        # arena slot live either in their state buffer (parity 0) or in that slot (parity 1)
+        self.swap = commit.Remap(commit.swap_slots(manifest))
+        self.parity = 0
+        self._status_pending = False     # a swapping step ran; its flag is not read yet
 
         # one update variant per outcome of the program's every(N) conditions (the
         # manifest's "variants"; a program without them has one): each its own launch list,
@@ -215,7 +233,8 @@ class CudaProgram:
         self.last_step_finite: bool | None = None
 
     def _read_status(self) -> tuple[bool, float | None]:
-        """(flag, loss) of the last step: one 16-byte device-to-host copy, then a sync."""
+        """(flag, loss) of the last step: one 16-byte device-to-host copy, then a sync.
+        After a step that commits by swap, a set flag flips the parity (the commit)."""
         drv.memcpy_dtoh_async(self._host_status.data_ptr(), self.status_ptr, 16, self.stream,
                               "step status")
         self.stream.synchronize("step status")
@@ -230,6 +249,10 @@ class CudaProgram:
             elif spec["dtype"] in _ARG_NP:
                 loss = float(b.view(_ARG_NP[spec["dtype"]])[0])
         self.last_step_finite = finite
+        if self._status_pending:
+            self._status_pending = False
+            if finite:
+                self.parity ^= 1
         return finite, loss
 
     def step_committed(self) -> bool:
@@ -254,10 +277,32 @@ class CudaProgram:
                                                   "output": self.output_buffers})
 
     # -- state --------------------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Read the last step's flag if it committed by swap and is not read yet (so the
+        parity says where each state lives)."""
+        if self._status_pending:
+            self._read_status()
+
+    def live_pointer(self, k: int) -> int:
+        """The device address of state ``k``'s live value."""
+        self._settle()
+        if self.parity and k in self.swap.slots:
+            return self.arena.ptr + self.swap.slots[k][0]
+        return self.state_buffers[k].ptr
+
     def state_views(self) -> dict:
-        """{name: torch tensor aliasing the live state buffer} (changes with every step)."""
+        """{name: torch tensor aliasing the live state buffer}.  The values change with
+        every step; a state that commits by swap (latch.runtime.commit) lives in the other of
+        its two buffers after each committed step, so take the views again after a step."""
+        self._settle()
         self.stream.synchronize("state_views")
-        return {b.spec["name"]: b.view() for b in self.state_buffers}
+        return {b.spec["name"]: self._live_view(k) for k, b in enumerate(self.state_buffers)}
+
+    def _live_view(self, k: int):
+        b = self.state_buffers[k]
+        if self.parity and k in self.swap.slots:
+            return _view_at(self.arena, self.swap.slots[k][0], b.spec)
+        return b.view()
 
     def state_dict(self) -> dict:
         """{name: a copy of the state as a torch tensor on the program's GPU}."""
@@ -273,8 +318,7 @@ class CudaProgram:
                              f"{self.state_names}")
         if strict and set(values) != set(self.state_names):
             raise LatchError(f"missing states {sorted(set(self.state_names) - set(values))}")
-        self.stream.synchronize("load_state")
-        views = {b.spec["name"]: b.view() for b in self.state_buffers}
+        views = self.state_views()
         for name, value in values.items():
             view = views[name]
             value = torch.as_tensor(value)
@@ -336,7 +380,8 @@ class CudaProgram:
         self._activate(state, force=True)
         # data-parallel: every rank starts from rank 0's parameters (as DDP does)
         self.variants[0].collectives.broadcast_from_rank0(
-            [b.view() for b in self.state_buffers if b.spec.get("kind") == "param"])
+            [self._live_view(k) for k, b in enumerate(self.state_buffers)
+             if b.spec.get("kind") == "param"])
         return state
 
     def _activate(self, state: "CudaTrainingState", force: bool = False) -> None:
@@ -381,6 +426,7 @@ class CudaProgram:
         import torch
 
         tensors = self.check_inputs(inputs)
+        self._settle()
         self.device.make_current()
         current = torch.cuda.current_stream(self.torch_device)
         self.torch_stream.wait_stream(current)
@@ -388,7 +434,8 @@ class CudaProgram:
             if t.data_ptr() != buf.ptr:
                 drv.memcpy_dtod(buf.ptr, t.data_ptr(), buf.nbytes, self.stream, buf.label)
             t.record_stream(self.torch_stream)
-        self._variant().run(self.stream, self.use_graph, self.timings)
+        self._variant().run(self.stream, self.use_graph, self.timings, self.parity)
+        self._status_pending = bool(self.swap.slots)
         outs = []
         for buf in self.output_buffers:   # allocated on the caller's stream, written on ours
             o = torch.empty(tuple(buf.spec["shape"]), dtype=torch_dtype(buf.spec["dtype"]),
@@ -408,8 +455,8 @@ class CudaProgram:
     @property
     def graph_captured(self) -> bool:
         """Whether every variant used so far runs as a captured CUDA graph."""
-        used = [v for v in self.variants if v.uses]
-        return bool(used) and all(v.graph is not None for v in used)
+        used = [(v, p) for v in self.variants for p in (0, 1) if v.uses[p]]
+        return bool(used) and all(v.graphs[p] is not None for v, p in used)
 
     def _variant(self) -> "_Variant":
         """The variant whose every(N) conditions hold at the start of this step: reads the
@@ -418,7 +465,7 @@ class CudaProgram:
             return self.variants[0]
         for i, st in enumerate(self._counter_states):     # ordered after the previous step
             drv.memcpy_dtoh_async(self._counter_host.data_ptr() + 8 * i,
-                                  self.state_buffers[st].ptr, 8, self.stream, "counter")
+                                  self.live_pointer(st), 8, self.stream, "counter")
         self.stream.synchronize("every(N) counters")
         raw = self._counter_host.numpy()
         values = {st: int(raw[i]) for i, st in enumerate(self._counter_states)}
@@ -431,13 +478,16 @@ class CudaProgram:
                 "arena_bytes": m["arena_bytes"], "kernels": len(self.launches),
                 "modules": len(self.modules), "copies": len(self.guard_copies),
                 "on_nonfinite": self.on_nonfinite, "nonfinite_checks": len(self.guard_checks),
+                "commit": (f"swap ({len(self.swap.slots)} states)" if self.swap.slots
+                           else "copy"),
                 "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
                 "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
                 "use_graph": self.use_graph, "collectives": self.collectives.describe(),
                 "variants": [{"when": v.when, "kernels": len(v.launches),
-                              "copies": len(v.guard_copies), "uses": v.uses,
-                              "graph_captured": v.graph is not None} for v in self.variants]}
+                              "copies": len(v.guard_copies), "uses": sum(v.uses),
+                              "graph_captured": any(g is not None for g in v.graphs)}
+                             for v in self.variants]}
 
     def close(self) -> None:
         try:
@@ -463,20 +513,29 @@ class CudaProgram:
 
 class _Variant:
     """One update variant of a program: its launch list, output copies, non-finite guard
-    tables, collectives and (after its second use) CUDA graph."""
+    tables, collectives and (after its second use) CUDA graph.  A program that commits by
+    swap (latch.runtime.commit) has all of these twice, per parity: parity 1's pointers are
+    parity 0's with each swapped state's two buffers exchanged."""
 
     def __init__(self, prog: "CudaProgram", spec: dict, process_group=None):
         self.prog = prog
         self.when = list(spec.get("when", []))
-        self.launches = make_launches(spec["launches"], prog.modules, prog._resolve)
-        self.copies = [(prog._resolve(c["src"]), prog._resolve(c["dst"]), int(c["bytes"]))
-                       for c in spec.get("copies", []) if "state" not in c["dst"]]
-        self._setup_guard({**prog.manifest, "copies": spec.get("copies", [])})
+        parities = (0, 1) if prog.swap.slots else (0,)
+        resolvers = [prog._resolve, lambda loc: prog._resolve(prog.swap(loc))]
+        self.by_parity = [make_launches(spec["launches"], prog.modules, resolvers[p])
+                          for p in parities]
+        self.launches = self.by_parity[0]
+        self.copies = [[(r(c["src"]), r(c["dst"]), int(c["bytes"]))
+                        for c in spec.get("copies", []) if "state" not in c["dst"]]
+                       for r in resolvers[:len(parities)]]
+        self.tables, self._guard_launches = [], []
+        for r in resolvers[:len(parities)]:
+            self._setup_guard({**prog.manifest, "copies": spec.get("copies", [])}, r)
         self.collectives = Collectives(spec.get("collectives", []), prog._resolve,
                                        prog.arena, prog.torch_device, prog.torch_stream,
                                        process_group)
-        self.graph: drv.Graph | None = None
-        self.uses = 0
+        self.graphs: list[drv.Graph | None] = [None, None]
+        self.uses = [0, 0]
         # the streams the launches go on: the launch list in order on the program's stream,
         # or spread over its side streams by their dependencies (the manifest's "after")
         after = [la.get("after") for la in spec["launches"]]
@@ -488,65 +547,71 @@ class _Variant:
                            for i, r in enumerate(self.plan.record) if r}
             self.fork = drv.Event(timing=False)
 
-    def _setup_guard(self, manifest: dict) -> None:
-        """Tables of the check and guarded-copy kernels: every new state value this variant
-        writes (checked when floating-point) and the loss (output 0)."""
+    def _setup_guard(self, manifest: dict, resolve) -> None:
+        """Tables of the check and guarded-copy kernels of one parity: every new state value
+        this variant writes (checked when floating-point; copied unless it commits by swap)
+        and the loss (output 0)."""
         prog = self.prog
         checks, copies, _ = guard.plan(manifest)
-        checks = [(prog._resolve(loc), dtype, n) for loc, dtype, n in checks]
-        copies = [(prog._resolve(src), prog._resolve(dst), n) for src, dst, n in copies]
-        self.guard_checks, self.guard_copies = checks, copies
+        checks = [(resolve(loc), dtype, n) for loc, dtype, n in checks]
+        copies = [(resolve(src), resolve(dst), n) for src, dst, n in copies
+                  if int(dst["state"]) not in prog.swap.slots]
+        if not self.tables:
+            self.guard_checks, self.guard_copies = checks, copies
         ct, cp = guard.check_table(checks), guard.copy_table(copies)
         off_copies = ((ct.nbytes + 255) // 256) * 256
-        self.tables = prog.device.alloc(off_copies + cp.nbytes, "the non-finite guard tables")
-        tp = self.tables.ptr
+        self.tables.append(prog.device.alloc(off_copies + cp.nbytes,
+                                             "the non-finite guard tables"))
+        tp = self.tables[-1].ptr
         drv.memcpy_htod(tp, ct.ctypes.data, ct.nbytes, "guard check table")
         drv.memcpy_htod(tp + off_copies, cp.ctypes.data, cp.nbytes, "guard copy table")
         module = prog.guard_module
-        self._guard_launches = []
+        launches = []
+        self._guard_launches.append(launches)
         for fn, table, n, per in ((module.function("latch_check_finite"), tp,
                                    len(checks), [e[2] for e in checks]),
                                   (module.function("latch_guarded_copy"), tp + off_copies,
                                    len(copies), [-(-e[2] // 16) if not (e[0] | e[1] | e[2]) % 16
                                                  else e[2] for e in copies])):
             if not n:
-                self._guard_launches.append(None)
+                launches.append(None)
                 continue
             args = np.array([table, prog.flag_ptr], dtype=np.uint64)
             ptrs = np.array([args.ctypes.data, args.ctypes.data + 8], dtype=np.uint64)
-            self._guard_launches.append((fn, (guard.grid_x(max(per)), n, 1),
+            launches.append((fn, (guard.grid_x(max(per)), n, 1),
                                          (guard.BLOCK, 1, 1), args, ptrs))
 
-    def _enqueue_guard(self, which: int) -> None:
-        g = self._guard_launches[which]
+    def _enqueue_guard(self, which: int, parity: int) -> None:
+        g = self._guard_launches[parity][which]
         if g is not None:
             fn, grid, block, _args, ptrs = g
             drv.launch(fn, grid, block, 0, self.prog.stream, ptrs.ctypes.data,
                        ("latch_check_finite", "latch_guarded_copy")[which])
 
-    def record(self) -> None:
+    def record(self, parity: int = 0) -> None:
         """Enqueue the whole update on the stream: set the flag, the kernels (and the
         collectives between them), check the new state values and the loss (may clear the
         flag), copy the outputs (and the loss next to the flag), copy the new state values
-        into the state buffers if the flag is set."""
+        that do not commit by swap into the state buffers if the flag is set."""
         prog, stream = self.prog, self.prog.stream
         drv.memset_d32(prog.flag_ptr, 1, 1, stream, "non-finite flag")
+        launches = self.by_parity[parity]
         if self.plan is not None:
-            self._enqueue_planned()
+            self._enqueue_planned(launches)
         else:
-            for i, launch in enumerate(self.launches):
+            for i, launch in enumerate(launches):
                 self.collectives.before_launch(i)      # data-parallel: start / wait for buckets
                 launch.enqueue(stream)
-        self.collectives.before_launch(len(self.launches))
-        self._enqueue_guard(0)
-        for src, dst, n in self.copies:
+        self.collectives.before_launch(len(launches))
+        self._enqueue_guard(0, parity)
+        for src, dst, n in self.copies[parity]:
             drv.memcpy_dtod(dst, src, n, stream, "output")
         if prog._loss_status:
             drv.memcpy_dtod(prog.status_ptr + 8, prog.output_buffers[0].ptr,
                             prog.output_buffers[0].nbytes, stream, "loss status")
-        self._enqueue_guard(1)
+        self._enqueue_guard(1, parity)
 
-    def _enqueue_planned(self) -> None:
+    def _enqueue_planned(self, launches: list) -> None:
         """The launches on the plan's streams: the side streams start after what the
         program's stream holds so far, each launch first waits for its dependencies on
         other streams, and the program's stream ends waiting for every side stream."""
@@ -555,7 +620,7 @@ class _Variant:
         self.fork.record(main)
         for k in plan.used:
             on[k].wait(self.fork)
-        for i, launch in enumerate(self.launches):
+        for i, launch in enumerate(launches):
             s = on[plan.stream[i]]
             for d in plan.waits[i]:
                 s.wait(self.events[d])
@@ -565,28 +630,29 @@ class _Variant:
         for t in plan.tails:
             main.wait(self.events[t])
 
-    def run(self, stream, use_graph: bool, timings: dict) -> None:
-        """The first use launches every kernel directly; the second records them into a
-        CUDA graph; later uses replay it."""
-        if self.graph is not None:
-            self.graph.launch(stream)
-        elif self.uses == 0 or not use_graph:
-            self.record()
+    def run(self, stream, use_graph: bool, timings: dict, parity: int = 0) -> None:
+        """The first use (of a parity) launches every kernel directly; the second records
+        them into a CUDA graph; later uses replay it."""
+        if self.graphs[parity] is not None:
+            self.graphs[parity].launch(stream)
+        elif self.uses[parity] == 0 or not use_graph:
+            self.record(parity)
         else:
             t0 = time.perf_counter()
-            self.graph = drv.Graph.capture(stream, self.record)
+            self.graphs[parity] = drv.Graph.capture(stream, lambda: self.record(parity))
             timings["graph_capture_s"] = timings.get("graph_capture_s", 0.0) + \
                 time.perf_counter() - t0
-            self.graph.launch(stream)
-        self.uses += 1
+            self.graphs[parity].launch(stream)
+        self.uses[parity] += 1
 
     def close(self) -> None:
-        if self.graph is not None:
-            self.graph.destroy()
-            self.graph = None
-        if self.tables is not None:
-            self.tables.free()
-            self.tables = None
+        for p, g in enumerate(self.graphs):
+            if g is not None:
+                g.destroy()
+                self.graphs[p] = None
+        for t in self.tables:
+            t.free()
+        self.tables = []
         for event in list(self.events.values()) + ([self.fork] if self.fork else []):
             event.destroy()
         self.events, self.fork = {}, None
