@@ -32,6 +32,7 @@ PASSES: dict[str, str] = {
     "latch-form-attention-kernels": "attention_kernels:FormAttentionKernels",
     "latch-vector-atomics": "vector_atomics:VectorAtomics",
     "latch-register-accumulators": "register_accumulators:RegisterAccumulators",
+    "latch-nonfinite-checks": "nonfinite_checks:NonfiniteChecks",
 }
 
 

@@ -44,6 +44,7 @@ import math
 
 from latch.errors import LatchError, PassError
 from latch.passes.base import operation as _op
+from latch.passes.nonfinite_checks import CHECKED_ATTR, FLAG_ATTR
 
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
@@ -222,6 +223,7 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
     touched_args = []     # per launch: the kernel argument number of each of those ranges
     collectives = []
     arena_seen = False
+    flag = None           # latch-nonfinite-checks' flag: its writes commute (no ordering)
     for op in ops[:-1]:
         n = op.name
         if n in ("arith.constant", "index.constant"):
@@ -242,6 +244,8 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
             else:
                 loc[key(v)] = {"arena": extra}
                 extra = _align(extra + lay["bytes"])
+            if FLAG_ATTR in op.attributes:
+                flag = v
         elif n in _VIEW_OPS:
             src = op.operands[0]
             if key(src) not in loc:
@@ -258,7 +262,7 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
         elif n == "memref.dealloc":
             continue
         elif n == "gpu.launch_func":
-            launch, ranges, arg_numbers = _launch(op, consts, loc, span, name)
+            launch, ranges, arg_numbers = _launch(op, consts, loc, span, name, flag)
             launches.append(launch)
             touched.append(ranges)
             touched_args.append(arg_numbers)
@@ -281,6 +285,8 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
             continue
         nbytes = (states[p] if p < S else outputs[p - S])["bytes"]
         copies.append({"src": src, "dst": dst, "bytes": nbytes})
+        if p < S and _is_alloc(v) and CHECKED_ATTR in _op(v.owner).attributes:
+            copies[-1]["checked_in_kernels"] = True
     dst_states = {c["dst"]["state"] for c in copies if "state" in c["dst"]}
     for c in copies:
         if "state" in c["src"] and c["src"]["state"] in dst_states:
@@ -304,10 +310,13 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
         for launch, after in zip(launches, launch_dependencies(accesses)):
             launch["after"] = after
 
-    return {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
-            "alignment": ALIGNMENT,
-            "states": states, "inputs": inputs, "outputs": outputs,
-            "launches": launches, "copies": copies, "collectives": collectives}
+    schedule = {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
+                "alignment": ALIGNMENT,
+                "states": states, "inputs": inputs, "outputs": outputs,
+                "launches": launches, "copies": copies, "collectives": collectives}
+    if flag is not None:
+        schedule["nonfinite_flag"] = loc[key(flag)]
+    return schedule
 
 
 def _collective(op, loc, issued_after: int, fname: str) -> dict:
@@ -377,7 +386,10 @@ def _view_shift(op, consts) -> int:
     return (offset - src_offset) * dtype_bytes(dtype_name(t.element_type))
 
 
-def _launch(op, consts, loc, span, fname) -> dict:
+def _launch(op, consts, loc, span, fname, unordered=None) -> dict:
+    """(the launch's manifest entry, the byte ranges of its buffer arguments, their argument
+    numbers); ``unordered``: a buffer whose ranges are left out (latch-nonfinite-checks'
+    flag: every write stores the same 0, so launches need no order for it)."""
     from mlir import ir
 
     view = op.opview
@@ -415,8 +427,9 @@ def _launch(op, consts, loc, span, fname) -> dict:
                                  "the schedule does not know")
             a = _base_pointer(dict(loc[v]), v.type, span.get(v, (None, 0)),
                               f"@{fname}: argument {i} of kernel {mod}::{fn}")
-            ranges.append(_addressed(a, v.type))
-            arg_numbers.append(i)
+            if unordered is None or v != unordered:
+                ranges.append(_addressed(a, v.type))
+                arg_numbers.append(i)
             a["type"] = "ptr"
             args.append(a)
         elif v in consts:

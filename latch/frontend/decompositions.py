@@ -11,7 +11,7 @@ excludes, plus the overloads it needs), with Latch's own entries on top:
   (each output element receives the same sum) but cost O(#indices · indexed-dim) work:
   embedding backward becomes a ``[tokens, vocab]ᵀ @ [tokens, d]`` matmul.
 - ``aten.one_hot`` with an explicit ``num_classes`` → ``eq(x[..., None], arange(n))``.
-- ``aten.cumsum`` → a log-step scan of shifted adds (torch-mlir lowers it to
+- ``aten.cumsum`` → a blocked scan of triangular products (torch-mlir lowers it to
   ``tm_tensor.scan``).
 - ``aten.topk`` → ``k`` rounds of ``max``/``argmax`` + masking (torch-mlir lowers ``topk``
   to ``tm_tensor.topk``).  Only used for small ``k`` (≤ 8); ties resolve to the lowest
@@ -158,24 +158,50 @@ def _topk(self, k, dim=-1, largest=True, sorted=True):
     return torch.cat(vals, dim), torch.cat(idxs, dim)
 
 
+SCAN_BLOCK = 64      # cumsum: elements summed by one triangular product (a block)
+
+
 def _cumsum(self, dim, dtype=None):
-    """``cumsum`` as a log-step (Hillis–Steele) scan: ``ceil(log2 S)`` rounds of
-    ``x[i] += x[i - 2^r]`` along ``dim``, i.e. O(S log S) elementwise work in a few dozen
-    small kernels instead of a sequential loop (or the O(S²) triangular-mask product).
-    Integer sums are exact; floating-point ones are summed in a tree order."""
+    """``cumsum`` as a blocked scan of triangular products: the scanned dimension is cut
+    into blocks of ``SCAN_BLOCK``; one product with the lower-triangular 0/1 matrix gives
+    every block's inclusive prefix sums, the blocks' totals are scanned the same way
+    (recursively, so ``ceil(log_64 S)`` levels), and each block adds the exclusive prefix
+    of the totals before it.  A handful of kernels a level instead of the ``2·log2 S``
+    small kernels of a log-step scan (TinyMoE's routing rank: 4096 or 65536 rows), and
+    O(S·64) multiply-adds.  Integer sums are exact; floating-point ones are summed in
+    blocks (as a GPU scan does)."""
     if self.dim() == 0:
         return NotImplemented
     x = self if dtype is None else self.to(dtype)
     if dtype is None and not x.dtype.is_floating_point and x.dtype != torch.int64:
         x = x.to(torch.int64)              # torch promotes integer cumsum to int64
     dim = dim % x.dim()
-    S = x.shape[dim]
-    shift = 1
-    while shift < S:
-        pad = x.new_zeros(x.shape[:dim] + (shift,) + x.shape[dim + 1:])
-        x = x + torch.cat([pad, x.narrow(dim, 0, S - shift)], dim)
-        shift *= 2
-    return x
+    moved = x.movedim(dim, 0)
+    out = _scan_rows(moved.reshape(moved.shape[0], -1))
+    return out.reshape(moved.shape).movedim(0, dim)
+
+
+def _lower_triangle(n: int, dtype, device) -> torch.Tensor:
+    """[n, n] with 1 where column <= row: ``tri @ x`` sums rows 0..i into row i."""
+    i = torch.arange(n, device=device)
+    return (i.unsqueeze(1) >= i.unsqueeze(0)).to(dtype)
+
+
+def _scan_rows(x: torch.Tensor) -> torch.Tensor:
+    """Inclusive prefix sums down the rows of a 2-D ``x`` [S, R] (see :func:`_cumsum`)."""
+    S, R = x.shape
+    b = SCAN_BLOCK
+    if S <= b:
+        return _lower_triangle(S, x.dtype, x.device) @ x
+    a = -(-S // b)
+    if a * b != S:
+        x = torch.cat([x, x.new_zeros(a * b - S, R)], 0)
+    cols = x.reshape(a, b, R).permute(1, 0, 2).reshape(b, a * R)      # block rows side by side
+    inner = (_lower_triangle(b, x.dtype, x.device) @ cols).reshape(b, a, R)
+    totals = inner[b - 1]                                             # [a, R]
+    before = _scan_rows(totals) - totals                              # exclusive prefix
+    out = (inner + before.unsqueeze(0)).permute(1, 0, 2).reshape(a * b, R)
+    return out[:S]
 
 
 LATCH_DECOMPOSITIONS = {

@@ -187,7 +187,9 @@ $Lcopy_end:
 def plan(manifest: dict) -> tuple[list, list, str]:
     """What the guard of ``manifest`` checks and copies, as manifest locations:
     (checks [(location, dtype, element count)], copies [(src, dst, bytes)], on_nonfinite).
-    Checks: every new floating-point state value that is copied into its state buffer, and
+    Checks: every new floating-point state value that is copied into its state buffer and
+    not already checked by the kernels that store it (``checked_in_kernels``:
+    latch-nonfinite-checks, which clear the manifest's ``nonfinite_flag`` themselves), and
     the loss (output 0) when it is floating-point.  Copies: every new state value."""
     from latch.errors import LatchError
 
@@ -205,7 +207,7 @@ def plan(manifest: dict) -> tuple[list, list, str]:
             continue
         spec = states[int(c["dst"]["state"])]
         copies.append((c["src"], c["dst"], int(c["bytes"])))
-        if spec["dtype"] in FLOAT_CHECKS:
+        if spec["dtype"] in FLOAT_CHECKS and not c.get("checked_in_kernels"):
             checks.append((c["src"], spec["dtype"],
                            int(c["bytes"]) // FLOAT_CHECKS[spec["dtype"]][0]))
     if outputs and outputs[0]["dtype"] in FLOAT_CHECKS:

@@ -528,6 +528,11 @@ class _Variant:
         self.copies = [[(r(c["src"]), r(c["dst"]), int(c["bytes"]))
                         for c in spec.get("copies", []) if "state" not in c["dst"]]
                        for r in resolvers[:len(parities)]]
+        # the flag the guard clears: the compiler's (latch-nonfinite-checks; its kernels
+        # clear it as they store the new state) or the program's status word
+        flag = spec.get("nonfinite_flag", prog.manifest.get("nonfinite_flag")
+                        if len(prog.manifest.get("variants") or [None]) == 1 else None)
+        self.flag_ptr = prog._resolve(flag) if flag else prog.flag_ptr
         self.tables, self._guard_launches = [], []
         for r in resolvers[:len(parities)]:
             self._setup_guard({**prog.manifest, "copies": spec.get("copies", [])}, r)
@@ -576,7 +581,7 @@ class _Variant:
             if not n:
                 launches.append(None)
                 continue
-            args = np.array([table, prog.flag_ptr], dtype=np.uint64)
+            args = np.array([table, self.flag_ptr], dtype=np.uint64)
             ptrs = np.array([args.ctypes.data, args.ctypes.data + 8], dtype=np.uint64)
             launches.append((fn, (guard.grid_x(max(per)), n, 1),
                                          (guard.BLOCK, 1, 1), args, ptrs))
@@ -594,7 +599,7 @@ class _Variant:
         flag), copy the outputs (and the loss next to the flag), copy the new state values
         that do not commit by swap into the state buffers if the flag is set."""
         prog, stream = self.prog, self.prog.stream
-        drv.memset_d32(prog.flag_ptr, 1, 1, stream, "non-finite flag")
+        drv.memset_d32(self.flag_ptr, 1, 1, stream, "non-finite flag")
         launches = self.by_parity[parity]
         if self.plan is not None:
             self._enqueue_planned(launches)
@@ -610,6 +615,8 @@ class _Variant:
             drv.memcpy_dtod(prog.status_ptr + 8, prog.output_buffers[0].ptr,
                             prog.output_buffers[0].nbytes, stream, "loss status")
         self._enqueue_guard(1, parity)
+        if self.flag_ptr != prog.status_ptr:       # the compiler's flag -> the status word
+            drv.memcpy_dtod(prog.status_ptr, self.flag_ptr, 4, stream, "non-finite flag")
 
     def _enqueue_planned(self, launches: list) -> None:
         """The launches on the plan's streams: the side streams start after what the

@@ -248,7 +248,8 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAU
             {"entry": sch["entry"], "when": when, "arena_bytes": sch["arena_bytes"],
              "planned_arena_bytes": sch["planned_arena_bytes"], "launches": sch["launches"],
              "copies": sch["copies"],
-             **({"collectives": sch["collectives"]} if sch.get("collectives") else {})}
+             **({"collectives": sch["collectives"]} if sch.get("collectives") else {}),
+             **({"nonfinite_flag": sch["nonfinite_flag"]} if "nonfinite_flag" in sch else {})}
             for sch, (_, when) in zip(schedules, found)]
         for sch in schedules[1:]:
             if (sch["states"], sch["inputs"], sch["outputs"]) != \
@@ -395,6 +396,8 @@ def _manifest_core(kind: str, schedule: dict, ptx: dict[str, str], *, source_tex
         "modules": {name: f"kernels/{name}.ptx" for name in sorted(ptx)},
         "launches": schedule["launches"],
         "copies": schedule["copies"],
+        **({"nonfinite_flag": schedule["nonfinite_flag"]} if "nonfinite_flag" in schedule
+           else {}),
         "abi": {"kernel_args": "bare-ptr", "index": "i64"},
         "ir_sha256": {"source": hashlib.sha256(source_text.encode()).hexdigest(),
                       "kernels": hashlib.sha256(kernels_ir.encode()).hexdigest()},

@@ -593,7 +593,8 @@ def test_guard_covers_every_new_state_and_the_loss(cuda_models, name):
     state_copies = [c for c in m["copies"] if "state" in c["dst"]]
     assert [(c["src"], c["dst"], c["bytes"]) for c in state_copies] == copies
     floats = [c for c in state_copies
-              if m["states"][c["dst"]["state"]]["dtype"] in guard.FLOAT_CHECKS]
+              if m["states"][c["dst"]["state"]]["dtype"] in guard.FLOAT_CHECKS and
+              not c.get("checked_in_kernels")]
     step = next(i for i, s in enumerate(m["states"]) if s["name"] == "step")
     assert any(c["dst"] == {"state": step} for c in state_copies)     # the counter: guarded
     assert len(checks) == len(floats) + 1 and checks[-1][1:] == ("f32", 1)   # + the loss
@@ -601,6 +602,39 @@ def test_guard_covers_every_new_state_and_the_loss(cuda_models, name):
         assert loc == c["src"] and n * guard.FLOAT_CHECKS[dtype][0] == c["bytes"]
     table = guard.check_table([(4096, "bf16", 3), (8192, "f64", 5)])
     assert table.tolist() == [[4096, 3, 0x7F80, 2], [8192, 5, 0x7FF0000000000000, 8]]
+
+
+@pytest.mark.parametrize("name", _MODEL_NAMES)
+def test_optimizer_kernels_check_the_new_state_for_nonfinite_values(cuda_models, name):
+    """latch-nonfinite-checks: every floating-point new state value of these updates is
+    written last by an elementwise optimizer kernel, which checks it (PTX ``setp.nan``) and
+    clears the manifest's ``nonfinite_flag``; the runtime's check kernel is left with the
+    loss.  The flag's writes commute, so the optimizer kernels stay unordered."""
+    from latch.runtime import guard
+
+    _, _, prog = cuda_models[name]
+    m = prog.manifest
+    flag = m["nonfinite_flag"]
+    assert set(flag) == {"arena"} and flag["arena"] >= m["planned_arena_bytes"]
+    state_copies = [c for c in m["copies"] if "state" in c["dst"]]
+    floats = [c for c in state_copies
+              if m["states"][c["dst"]["state"]]["dtype"] in guard.FLOAT_CHECKS]
+    assert floats and all(c.get("checked_in_kernels") for c in floats)
+    assert not any(c.get("checked_in_kernels") for c in state_copies if c not in floats)
+    checks, _, _ = guard.plan(m)
+    assert len(checks) == 1                                      # the loss
+    checking = [i for i, la in enumerate(m["launches"])
+                if any(a.get("arena") == flag["arena"] for a in la["args"])]
+    assert checking
+    for i in checking:
+        ptx = prog.files[m["modules"][m["launches"][i]["module"]]].decode()
+        assert "setp.nan" in ptx
+    # no launch waits for another only because both may clear the flag
+    before = [set() for _ in m["launches"]]
+    for i, la in enumerate(m["launches"]):
+        for d in la["after"]:
+            before[i] |= before[d] | {d}
+    assert any(j not in before[i] for i in checking for j in checking if j < i)
 
 
 def test_on_nonfinite_raise_is_recorded_in_the_cuda_manifest(tmp_path):

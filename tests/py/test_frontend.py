@@ -41,6 +41,36 @@ def test_trace_tiny_moe_static_one_hot_and_no_scan():
                 or "index_put" in op or "index_add" in op]
 
 
+@pytest.mark.parametrize("shape,dim,dtype", [
+    ((4096, 8), 0, torch.int64),        # TinyMoE B2's routing rank: two levels
+    ((65536, 8), 0, torch.int64),       # B32: three levels
+    ((130, 3), -2, torch.int32),        # padded to whole blocks; int32 promotes to int64
+    ((65, 2), 0, torch.bool),
+    ((64,), 0, torch.int64),            # one block
+    ((5,), 0, torch.float32),
+    ((3, 200, 7), 1, torch.float64),    # a middle dimension
+    ((4, 4097), -1, torch.float64),     # the last dimension, one past a whole block
+])
+def test_cumsum_decomposes_to_blocked_triangular_products(shape, dim, dtype):
+    """``aten.cumsum`` → blocks of 64 summed by a triangular product, block totals scanned
+    the same way: torch's dtype and shape; exact for integers, float sums within rounding."""
+    from latch.frontend.decompositions import _cumsum
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, dtype=dtype, generator=g) if dtype.is_floating_point else \
+        torch.randint(0, 3, shape, generator=g).to(dtype)
+    want, got = torch.cumsum(x, dim), _cumsum(x, dim)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if dtype.is_floating_point:
+        tol = 64 * torch.finfo(dtype).eps * x.abs().sum(dim, keepdim=True)
+        assert ((got - want).abs() <= tol).all()
+    else:
+        assert torch.equal(got, want)
+    # the traced graph has matmuls, not one add per log-step round
+    ops = trace_function(lambda t: torch.cumsum(t, dim), (x,)).aten_ops()
+    assert not [op for op in ops if "cumsum" in op] and [op for op in ops if "mm" in op]
+
+
 def test_determinism_trace_and_import():
     model, inputs = models.make_mlp(0)
     a = trace_loss_and_grads(model, inputs)
