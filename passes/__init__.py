@@ -33,6 +33,7 @@ PASSES: dict[str, str] = {
     "latch-vector-atomics": "vector_atomics:VectorAtomics",
     "latch-register-accumulators": "register_accumulators:RegisterAccumulators",
     "latch-nonfinite-checks": "nonfinite_checks:NonfiniteChecks",
+    "latch-dependent-launches": "dependent_launches:DependentLaunches",
 }
 
 

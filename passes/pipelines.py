@@ -82,6 +82,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "kernels through NVVM (bare-pointer memref arguments) and serialize them to PTX in "
         "a gpu.binary (format isa)",
         ("latch-vector-atomics{{chip={chip} features={features}}}",
+         "latch-dependent-launches{{chip={chip} features={features}}}",
          "gpu-lower-to-nvvm-pipeline{{cubin-chip={chip} cubin-features={features} "
          "cubin-format=isa kernel-bare-ptr-calling-convention=true}}",),
         _GPU_DEFAULTS,

@@ -368,6 +368,27 @@ def launch(function, grid, block, shared_bytes: int, stream: Stream, params_addr
          int(params_address), 0, what=what)
 
 
+def launch_dependent(function, grid, block, shared_bytes: int, stream: Stream,
+                     params_address: int, what: str) -> None:
+    """``launch`` with programmatic stream serialization (Hopper's programmatic dependent
+    launch): the kernel may start once every block of the kernel before it on ``stream``
+    has executed ``griddepcontrol.launch_dependents``; it must itself begin with
+    ``griddepcontrol.wait`` (latch-dependent-launches), which returns when that kernel has
+    completed and its memory is visible.  Captured into a graph as a programmatic edge."""
+    d = driver()
+    config = d.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = (int(g) for g in grid)
+    config.blockDimX, config.blockDimY, config.blockDimZ = (int(b) for b in block)
+    config.sharedMemBytes = int(shared_bytes)
+    config.hStream = stream.handle
+    attr = d.CUlaunchAttribute()
+    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config.attrs = [attr]
+    config.numAttrs = 1
+    call("cuLaunchKernelEx", config, function, int(params_address), 0, what=what)
+
+
 def memcpy_dtod(dst: int, src: int, nbytes: int, stream: Stream, what: str = "") -> None:
     if nbytes:
         call("cuMemcpyDtoDAsync", int(dst), int(src), int(nbytes), stream.handle, what=what)

@@ -16,7 +16,11 @@ then on each step is one ``cuGraphLaunch``.  The launches go on a few streams
 (:mod:`latch.runtime.streams`, ``LATCH_STREAMS``, default 8) following each launch's
 ``after`` list from the compiler, so the graph runs kernels that touch disjoint buffers
 concurrently; a manifest without ``after`` (or ``LATCH_STREAMS=1``) runs in order on one
-stream.  Outputs are copied into fresh torch tensors.
+stream.  When every kernel begins with ``griddepcontrol.wait`` (the manifest's
+``dependent_launches``: latch-dependent-launches, sm_90+), the kernels are launched with
+programmatic stream serialization, so a kernel's launch overlaps the end of the one before
+it on its stream (``LATCH_DEPENDENT_LAUNCHES=0`` turns it off).  Outputs are copied into
+fresh torch tensors.
 
 ``on_nonfinite`` (the manifest's compile options; "skip" when absent) is enforced inside the
 graph (:mod:`latch.runtime.guard`): a flag is set, the kernels run, one check kernel clears
@@ -114,9 +118,10 @@ class _CudaArray:
 class _Launch:
     """One kernel launch with its packed argument block (kept alive for graph replays)."""
 
-    def __init__(self, spec: dict, function, resolve):
+    def __init__(self, spec: dict, function, resolve, dependent: bool = False):
         self.spec = spec
         self.function = function
+        self.dependent = dependent      # launched with programmatic stream serialization
         self.what = f"{spec['module']}::{spec['kernel']}"
         args = spec["args"]
         self.storage = np.zeros(max(1, len(args)), dtype=np.uint64)
@@ -141,8 +146,9 @@ class _Launch:
         self.shared = int(spec.get("shared_bytes", 0))
 
     def enqueue(self, stream: drv.Stream) -> None:
-        drv.launch(self.function, self.grid, self.block, self.shared, stream,
-                   self.pointers.ctypes.data, self.what)
+        (drv.launch_dependent if self.dependent else drv.launch)(
+            self.function, self.grid, self.block, self.shared, stream,
+            self.pointers.ctypes.data, self.what)
 
 
 class CudaProgram:
@@ -168,6 +174,7 @@ class CudaProgram:
         t0 = time.perf_counter()
         self.device, self.torch_device, self.modules = open_device(manifest, files, device)
         self.timings["load_modules_s"] = time.perf_counter() - t0
+        self.dependent_launches = dependent_launches(manifest, files)
 
         dev = self.device
         self.arena = dev.alloc(int(manifest["arena_bytes"]), "the arena")
@@ -480,6 +487,7 @@ class CudaProgram:
                 "on_nonfinite": self.on_nonfinite, "nonfinite_checks": len(self.guard_checks),
                 "commit": (f"swap ({len(self.swap.slots)} states)" if self.swap.slots
                            else "copy"),
+                "dependent_launches": self.dependent_launches,
                 "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
                 "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
@@ -522,7 +530,8 @@ class _Variant:
         self.when = list(spec.get("when", []))
         parities = (0, 1) if prog.swap.slots else (0,)
         resolvers = [prog._resolve, lambda loc: prog._resolve(prog.swap(loc))]
-        self.by_parity = [make_launches(spec["launches"], prog.modules, resolvers[p])
+        self.by_parity = [make_launches(spec["launches"], prog.modules, resolvers[p],
+                                        prog.dependent_launches)
                           for p in parities]
         self.launches = self.by_parity[0]
         self.copies = [[(r(c["src"]), r(c["dst"]), int(c["bytes"]))
@@ -720,9 +729,11 @@ def resolve_location(loc: dict, arena, buffers: dict) -> int:
                      f"(it has {', '.join(['arena', *buffers])})")
 
 
-def make_launches(specs: list[dict], modules: dict, resolve) -> list["_Launch"]:
+def make_launches(specs: list[dict], modules: dict, resolve,
+                  dependent: bool = False) -> list["_Launch"]:
     """The launch objects of a manifest launch list: each kernel looked up in its loaded
-    module, dynamic shared memory above 48 KiB opted into."""
+    module, dynamic shared memory above 48 KiB opted into; ``dependent``: launched with
+    programmatic stream serialization (every kernel begins with griddepcontrol.wait)."""
     launches = []
     for ls in specs:
         module = modules.get(ls["module"])
@@ -735,7 +746,7 @@ def make_launches(specs: list[dict], modules: dict, resolve) -> list["_Launch"]:
             drv.call("cuFuncSetAttribute", fn,
                      d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                      shared, what=ls["module"])
-        launches.append(_Launch(ls, fn, resolve))
+        launches.append(_Launch(ls, fn, resolve, dependent))
     return launches
 
 
@@ -772,6 +783,18 @@ def open_device(manifest: dict, files: dict[str, bytes], device: int | None):
             raise LatchError(f"artifact has no {path} (kernel module {name})")
         modules[name] = dev.load_ptx(files[path], name)
     return dev, torch.device("cuda", device), modules
+
+
+def dependent_launches(manifest: dict, files: dict[str, bytes]) -> bool:
+    """Whether the program's kernels may be launched with programmatic stream serialization:
+    the compiler says every kernel begins with ``griddepcontrol.wait``
+    (``dependent_launches``: latch-dependent-launches), each module's PTX has it, and
+    ``LATCH_DEPENDENT_LAUNCHES`` is not ``0``."""
+    if os.environ.get("LATCH_DEPENDENT_LAUNCHES", "1") == "0" or \
+            not manifest.get("dependent_launches"):
+        return False
+    return all(b"griddepcontrol.wait" in files.get(path, b"")
+               for path in manifest["modules"].values())
 
 
 def choose_variant(whens: list[list[dict]], counters: dict[int, int]) -> int:

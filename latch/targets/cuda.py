@@ -35,6 +35,7 @@ DEFAULT_FEATURES = "+ptx81"
 
 def kernels_to_ptx_pipeline(chip: str, features: str, opt_level: int = 3) -> str:
     return (f"builtin.module(latch-vector-atomics{{chip={chip} features={features}}}, "
+            f"latch-dependent-launches{{chip={chip} features={features}}}, "
             "gpu-lower-to-nvvm-pipeline{"
             f"cubin-chip={chip} cubin-features={features} cubin-format=isa "
             f"opt-level={opt_level} kernel-bare-ptr-calling-convention=true}})")
@@ -382,6 +383,8 @@ def _manifest_core(kind: str, schedule: dict, ptx: dict[str, str], *, source_tex
                    kernels_ir: str, chip: str, features: str) -> tuple[dict, dict[str, bytes]]:
     """What every cuda artifact's manifest holds (the kind, target, arena, layout of inputs
     and outputs, modules, launch list, copies, ABI and IR hashes) and its PTX files."""
+    from latch.passes.dependent_launches import supported as dependent_launches_supported
+
     files = {f"kernels/{name}.ptx": text.encode() for name, text in sorted(ptx.items())}
     manifest = {
         "kind": kind,
@@ -396,6 +399,8 @@ def _manifest_core(kind: str, schedule: dict, ptx: dict[str, str], *, source_tex
         "modules": {name: f"kernels/{name}.ptx" for name in sorted(ptx)},
         "launches": schedule["launches"],
         "copies": schedule["copies"],
+        # every kernel begins with griddepcontrol.wait (latch-dependent-launches)
+        "dependent_launches": dependent_launches_supported(chip, features),
         **({"nonfinite_flag": schedule["nonfinite_flag"]} if "nonfinite_flag" in schedule
            else {}),
         "abi": {"kernel_args": "bare-ptr", "index": "i64"},

@@ -1071,3 +1071,49 @@ def test_runtime_resolves_locations_and_builds_launches_without_a_gpu():
     assert list(launch.storage[:2]) == [np.uint64(1008), np.uint64(3)]
     with pytest.raises(LatchError, match="unknown kernel module 'x'"):
         make_launches([dict(spec, module="x")], {"m": module}, lambda loc: 0)
+
+
+def test_every_kernel_waits_for_its_predecessors_before_touching_memory(cuda_models):
+    """latch-dependent-launches: the manifest says ``dependent_launches`` only when every
+    kernel's PTX begins (before its first global load or store) with
+    ``griddepcontrol.launch_dependents`` and ``griddepcontrol.wait``; the runtime launches
+    with programmatic stream serialization only then, and not under
+    ``LATCH_DEPENDENT_LAUNCHES=0`` or when a module lacks the wait."""
+    import re
+
+    from latch.runtime.program import dependent_launches
+
+    _, _, prog = cuda_models["tiny_moe"]
+    m = prog.manifest
+    assert m["dependent_launches"] is True
+    for path in m["modules"].values():
+        ptx = prog.files[path].decode()
+        for entry in re.split(r"\.entry ", ptx)[1:]:
+            body = entry[entry.index("{"):]
+            wait = body.index("griddepcontrol.wait;")
+            assert body.index("griddepcontrol.launch_dependents;") < wait
+            first = re.search(r"\b(ld|st|atom|red|cp\.async|wgmma|cp\.async\.bulk)\.(global|"
+                              r"shared::cluster)", body)
+            assert first is None or first.start() > wait, path
+    assert dependent_launches(m, prog.files)
+    one = next(iter(m["modules"].values()))
+    assert not dependent_launches(m, {**prog.files, one: b".entry k() { ret; }"})
+    assert not dependent_launches({**m, "dependent_launches": False}, prog.files)
+    os.environ["LATCH_DEPENDENT_LAUNCHES"] = "0"
+    try:
+        assert not dependent_launches(m, prog.files)
+    finally:
+        del os.environ["LATCH_DEPENDENT_LAUNCHES"]
+
+
+def test_no_dependent_launches_before_hopper(tmp_path):
+    from latch.artifact import read_artifact
+    from latch.targets.cuda import compile_update_to_artifact
+
+    for chip, expected in (("sm_80", False), ("sm_90", True)):
+        path = tmp_path / f"{chip}.latch"
+        compile_update_to_artifact(_sgd_text(), path, chip=chip)
+        manifest, files = read_artifact(path)
+        assert manifest["dependent_launches"] is expected
+        assert all((b"griddepcontrol.wait" in files[p]) is expected
+                   for p in manifest["modules"].values())
