@@ -31,6 +31,9 @@ def make(workload: str):
     if workload.startswith("tinymoe-b"):
         from tinymoe_model import make_tinymoe_196m
         return make_tinymoe_196m(batch=int(workload[len("tinymoe-b"):]))
+    if workload.startswith("looped-tinymoe-b"):          # layers 2-5 twice (WORKLOADS.md)
+        from tinymoe_model import make_looped_tinymoe_196m
+        return make_looped_tinymoe_196m(batch=int(workload[len("looped-tinymoe-b"):]))
     from models import MODELS
     return MODELS[workload](seed=0)
 

@@ -34,6 +34,7 @@ PASSES: dict[str, str] = {
     "latch-register-accumulators": "register_accumulators:RegisterAccumulators",
     "latch-nonfinite-checks": "nonfinite_checks:NonfiniteChecks",
     "latch-dependent-launches": "dependent_launches:DependentLaunches",
+    "latch-materialize-product-factors": "product_factors:MaterializeProductFactors",
 }
 
 

@@ -53,7 +53,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "latch-rematerialize-masks", "latch-recompute-elementwise",
          "linalg-fuse-elementwise-ops",
          "latch-rematerialize-masks", "latch-recompute-elementwise",
-         "linalg-fuse-elementwise-ops", "latch-lower-collectives", "latch-lower-attention",
+         "linalg-fuse-elementwise-ops", "latch-materialize-product-factors",
+         "latch-lower-collectives", "latch-lower-attention",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
