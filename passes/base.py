@@ -127,3 +127,14 @@ def _convert(pass_name: str, key: str, raw: str, annotation) -> object:
         return raw
     except ValueError:
         raise PipelineError(f"pass '{pass_name}': option '{key}' expects {kind}, got '{raw}'") from None
+
+
+def chip_at_least(chip: str, features: str, sm: int, ptx: int) -> bool:
+    """Whether ``chip`` (``sm_90``, ``sm_90a``, ...) is at least ``sm_<sm>`` and the PTX
+    ``features`` (``+ptx81``, ...) at least PTX ``ptx`` (8.1 is 81)."""
+    import re
+
+    have_sm = re.fullmatch(r"sm_(\d+)a?", chip)
+    have_ptx = re.search(r"\+ptx(\d+)", features)
+    return bool(have_sm and have_ptx) and int(have_sm.group(1)) >= sm and \
+        int(have_ptx.group(1)) >= ptx

@@ -26,18 +26,15 @@ Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-dependent-laun
 from __future__ import annotations
 
 import dataclasses
-import re
 
-from latch.passes.base import ModulePass, operation as _op
+from latch.passes.base import ModulePass, chip_at_least, operation as _op
 
 ATTR = "latch.dependent_launches"
 
 
 def supported(chip: str, features: str) -> bool:
     """Whether ``chip`` with PTX ``features`` has ``griddepcontrol`` (sm_90+, PTX 7.8+)."""
-    sm = re.fullmatch(r"sm_(\d+)a?", chip)
-    ptx = re.search(r"\+ptx(\d+)", features)
-    return bool(sm and ptx) and int(sm.group(1)) >= 90 and int(ptx.group(1)) >= 78
+    return chip_at_least(chip, features, 90, 78)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,7 +45,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "stage 'buffers': linalg on tensors -> linalg on memrefs (one-shot bufferization "
         "across function boundaries, identity layouts; one-hot masks and cheap elementwise "
         "producers recomputed in each "
-        "reader; gradient buckets of data-parallel programs reduced as soon as they are "
+        "reader, bf16 product factors fusion moved into a product materialized again; "
+        "gradient buckets of data-parallel programs reduced as soon as they are "
         "final) and the static memory plan",
         ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops, "
          "linalg-fold-unit-extent-dims)",

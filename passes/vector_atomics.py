@@ -32,9 +32,8 @@ features=+ptx81})'``
 from __future__ import annotations
 
 import dataclasses
-import re
 
-from latch.passes.base import ModulePass, int_constant, operation as _op
+from latch.passes.base import ModulePass, chip_at_least, int_constant, operation as _op
 from latch.passes.generic_body import index_constant
 
 LANES = 4
@@ -45,9 +44,7 @@ ASM = ("{ .reg .b64 %ga; cvta.to.global.u64 %ga, $0; "
 
 def supported(chip: str, features: str) -> bool:
     """Whether PTX for ``chip`` with ``features`` (e.g. "+ptx81") has the vector form."""
-    sm = re.fullmatch(r"sm_(\d+)a?", chip)
-    ptx = re.search(r"\+ptx(\d+)", features)
-    return bool(sm and ptx) and int(sm.group(1)) >= 90 and int(ptx.group(1)) >= 81
+    return chip_at_least(chip, features, 90, 81)
 
 
 @dataclasses.dataclass(frozen=True)
