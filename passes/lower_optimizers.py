@@ -7,6 +7,12 @@ from the rank-0 operands and passed in as rank-0 tensor inputs.  bf16/f16 tensor
 computed in f32 (extf on load, truncf on store).  The formulas follow torch.optim's
 single-tensor implementations operation by operation.
 
+``latch.clip_global_norm`` sums each gradient's squares into its own element of one
+``[n]`` tensor (an ``extract_slice`` / ``insert_slice`` pair per gradient, so after
+bufferization each reduction writes only its element and the reductions need no order
+among themselves: on TinyMoE B2 a chain of 67 reductions and 67 scalar additions, 0.6 ms
+on the critical path, became independent reductions and one sum), then one sum over them.
+
 This module also holds the small IR-building helpers the other rule-lowering passes use.
 """
 from __future__ import annotations
@@ -172,13 +178,15 @@ def elementwise(inputs: Sequence, out_types: Sequence, body: Callable[[list], li
                    lambda args: body(args[:len(inputs)]))
 
 
-def sum_of_squares(t, acc_type):
-    """``sum(t * t)`` as a rank-0 tensor of ``acc_type`` (a linalg reduction)."""
+def sum_of_squares(t, acc_type, init=None):
+    """``sum(t * t)`` as a rank-0 tensor of ``acc_type`` (a linalg reduction), accumulated
+    into ``init`` (a rank-0 tensor holding 0; default: a fresh one)."""
     I = ir()
     from mlir.dialects import linalg
     rank = I.RankedTensorType(t.type).rank
     out_t = I.RankedTensorType.get([], acc_type)
-    init = linalg.fill(fconst(0.0, acc_type), outs=[empty(out_t)])
+    if init is None:
+        init = linalg.fill(fconst(0.0, acc_type), outs=[empty(out_t)])
     maps = [I.AffineMap.get_identity(rank), I.AffineMap.get(rank, 0, [])]
 
     def body(args):
@@ -314,10 +322,21 @@ def _clip(op):
     f32 = I.F32Type.get()
     types = [ranked(g, op, "gradient") for g in grads]
     acc_t = I.F64Type.get() if any(isinstance(t.element_type, I.F64Type) for t in types) else f32
-    total = None
-    for g in grads:
-        s = extract(sum_of_squares(g, acc_t))
-        total = s if total is None else add(total, s)
+    # each gradient's sum of squares into its own element of one [n] tensor (a slice each:
+    # after bufferization every reduction writes its own element, so the reductions need
+    # no order among themselves), then one sum over the n
+    n = len(grads)
+    from mlir.dialects import linalg, tensor
+    parts = linalg.fill(fconst(0.0, acc_t), outs=[empty(I.RankedTensorType.get([n], acc_t))])
+    scalar_t = I.RankedTensorType.get([], acc_t)
+    for i, g in enumerate(grads):
+        slot = tensor.ExtractSliceOp(scalar_t, parts, [], [], [], [i], [1], [1]).result
+        part = sum_of_squares(g, acc_t, init=slot)
+        parts = tensor.InsertSliceOp(part, parts, [], [], [], [i], [1], [1]).result
+    zero = linalg.fill(fconst(0.0, acc_t), outs=[empty(scalar_t)])
+    total = extract(generic([parts], [zero], [I.AffineMap.get_identity(1),
+                                              I.AffineMap.get(1, 0, [])], ["reduction"],
+                            lambda a: [add(a[1], a[0])])[0])
     norm = sqrt(total)
     coef = fmin(fconst(1.0, acc_t), div(fconst(max_norm, acc_t), add(norm, fconst(1e-6, acc_t))))
     out = []

@@ -68,12 +68,19 @@ func.func @accumulate(%a: tensor<5xf32>, %g: tensor<5xf32>) -> tensor<5xf32> {
   return %0 : tensor<5xf32>
 }
 
-// One sum-of-squares reduction per gradient, then coef = min(1, max/(norm + 1e-6)).
+// One sum-of-squares reduction per gradient, each into its own element of one tensor (no
+// chain of scalar adds: the reductions are independent), one sum of those, then
+// coef = min(1, max/(norm + 1e-6)).
 // CHECK-LABEL: func.func @clip(
+// CHECK: %[[PARTS:.*]] = linalg.fill {{.*}} -> tensor<2xf32>
+// CHECK: %[[S0:.*]] = tensor.extract_slice %[[PARTS]][0] [1] [1] : tensor<2xf32> to tensor<f32>
+// CHECK: %[[R0:.*]] = linalg.generic {{.*}}iterator_types = ["reduction", "reduction"]{{.*}} outs(%[[S0]] : tensor<f32>)
+// CHECK: %[[P1:.*]] = tensor.insert_slice %[[R0]] into %[[PARTS]][0] [1] [1]
+// CHECK: %[[S1:.*]] = tensor.extract_slice %[[P1]][1] [1] [1]
+// CHECK: %[[R1:.*]] = linalg.generic {{.*}}iterator_types = ["reduction"]{{.*}} outs(%[[S1]] : tensor<f32>)
+// CHECK: %[[P2:.*]] = tensor.insert_slice %[[R1]] into %[[P1]][1] [1] [1]
 // CHECK: linalg.fill
-// CHECK: linalg.generic {{.*}}iterator_types = ["reduction", "reduction"]
-// CHECK: linalg.fill
-// CHECK: linalg.generic {{.*}}iterator_types = ["reduction"]
+// CHECK: linalg.generic {{.*}}iterator_types = ["reduction"]{{.*}} ins(%[[P2]] : tensor<2xf32>)
 // CHECK: math.sqrt
 // CHECK: arith.minimumf
 // CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]
