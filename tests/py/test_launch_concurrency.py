@@ -135,3 +135,30 @@ def test_written_arguments_tells_reads_from_writes():
         gm = next(o for o in m.body.operations if o.operation.name == "gpu.module")
         fn = next(iter(gm.regions[0].blocks[0].operations))
         assert written_arguments(fn) == [False, False, True, False, True, False, False, True]
+
+
+def test_profilers_critical_path_is_the_heaviest_chain():
+    """bench/gpu_profile_launches.py's critical path (what an update would take on unlimited
+    streams with free launches) against brute force over every chain on small random
+    schedules."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench",
+                        "gpu_profile_launches.py")
+    spec = importlib.util.spec_from_file_location("gpu_profile_launches", path)
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randint(1, 9)
+        after = [sorted(rng.sample(range(i), rng.randint(0, min(i, 3)))) for i in range(n)]
+        ms = [rng.choice([0.5, 1.0, 2.0, 3.5]) for _ in range(n)]
+
+        def heaviest(i):                      # the heaviest chain ending at launch i
+            return ms[i] + max((heaviest(d) for d in after[i]), default=0.0)
+        total, chain = profile.critical_path(after, ms)
+        assert total == max(heaviest(i) for i in range(n))
+        assert sum(ms[i] for i in chain) == total
+        assert all(b in after[a] for a, b in zip(chain[1:], chain))
+    assert profile.critical_path([[], None], [1.0, 1.0]) is None
