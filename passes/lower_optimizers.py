@@ -324,9 +324,12 @@ def _clip(op):
     acc_t = I.F64Type.get() if any(isinstance(t.element_type, I.F64Type) for t in types) else f32
     # each gradient's sum of squares into its own element of one [n] tensor (a slice each:
     # after bufferization every reduction writes its own element, so the reductions need
-    # no order among themselves), then one sum over the n
+    # no order among themselves), then one sum over the n; one gradient: its sum itself
     n = len(grads)
     from mlir.dialects import linalg, tensor
+    if n == 1:
+        return _clip_with(grads, types, acc_t, max_norm,
+                          extract(sum_of_squares(grads[0], acc_t)))
     parts = linalg.fill(fconst(0.0, acc_t), outs=[empty(I.RankedTensorType.get([n], acc_t))])
     scalar_t = I.RankedTensorType.get([], acc_t)
     for i, g in enumerate(grads):
@@ -337,6 +340,12 @@ def _clip(op):
     total = extract(generic([parts], [zero], [I.AffineMap.get_identity(1),
                                               I.AffineMap.get(1, 0, [])], ["reduction"],
                             lambda a: [add(a[1], a[0])])[0])
+    return _clip_with(grads, types, acc_t, max_norm, total)
+
+
+def _clip_with(grads, types, acc_t, max_norm, total):
+    """The clipped gradients and the norm, from the sum of squares ``total``."""
+    f32 = ir().F32Type.get()
     norm = sqrt(total)
     coef = fmin(fconst(1.0, acc_t), div(fconst(max_norm, acc_t), add(norm, fconst(1e-6, acc_t))))
     out = []
