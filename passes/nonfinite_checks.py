@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import VIEW_OPS
+from latch.passes.buffer_views import may_write, root, users
 
 FLAG_ATTR = "latch.nonfinite_flag"
 COVERED_ATTR = "latch.finite_covered"
@@ -83,53 +83,20 @@ def _new_states(func_op) -> list:
     return out
 
 
-def _uses(value, out: list) -> None:
-    """Every use of ``value`` and of the views of it: (user op, operand number)."""
-    for use in value.uses:
-        user = _op(use.owner)
-        if user.name in VIEW_OPS and use.operand_number == 0:
-            for r in user.results:
-                _uses(r, out)
-        else:
-            out.append((user, use.operand_number))
-
-
-def _top(op, block):
-    """The ancestor of ``op`` (or ``op``) that is an op of ``block``."""
-    op = op.operation
-    while op.parent is not None and op.parent.name != "func.func":
-        op = op.parent
-    return op
-
-
 def _mark(func_op) -> None:
     from mlir import ir
 
-    block = func_op.regions[0].blocks[0]
+    ops = [_op(o) for o in func_op.regions[0].blocks[0].operations][:-1]   # not the return
     for alloc in _new_states(func_op):
         v = alloc.results[0]
-        uses = []
-        _uses(v, uses)
-        writers = []
-        for user, number in uses:
-            top = _top(user, block)
-            if top.name == "func.return":
-                continue
-            if top.name.startswith("linalg.") and top == user.operation and \
-                    number < len(top.opview.inputs):
-                continue                                    # read as an input
-            writers.append((top, user, number))
-        if not writers:
+        top = next((o for o in reversed(ops) if may_write(o, v)), None)    # the last writer
+        if top is None or top.name != "linalg.generic":
             continue
-        last = writers[0]
-        for w in writers[1:]:
-            if last[0].is_before_in_block(w[0]):
-                last = w
-        top, user, number = last
-        if top.name != "linalg.generic" or top != user.operation or \
-                [o for o in top.opview.outputs if o == v] == [] or \
-                any(w[0] == top and w[1].operation != top for w in writers):
-            continue
+        n_in = len(top.opview.inputs)
+        outs = [i for i, o in enumerate(top.operands) if i >= n_in and o == v]
+        if len(outs) != 1 or any(root(o) == v and o != v for o in top.operands):
+            continue                                    # through a view: maybe a part
+        number = outs[0]
         maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(top.attributes["indexing_maps"])]
         iters = [str(t) for t in ir.ArrayAttr(top.attributes["iterator_types"])]
         rank = len(ir.MemRefType(v.type).shape)
@@ -161,11 +128,10 @@ def _check(func_op) -> None:
     for alloc in _new_states(func_op):
         if COVERED_ATTR not in alloc.attributes:
             continue
-        uses = []
-        _uses(alloc.results[0], uses)
-        stores = [(u, _launch_of(u)) for u, n in uses
-                  if u.name in ("memref.store", "vector.store") and n == 1 and
-                  _launch_of(u) is not None]
+        stores = [(u, _launch_of(u)) for u in users(alloc.results[0])
+                  if u.name in ("memref.store", "vector.store") and
+                  root(u.operands[1]) == alloc.results[0]]
+        stores = [(u, la) for u, la in stores if la is not None]
         if not stores:
             continue
         last = stores[0][1]

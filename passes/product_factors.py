@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.generic_body import clone_body_ops
+from latch.passes.generic_body import accumulation, clone_body_ops, loop_ranges
 
 _PURE = ("arith.", "math.")
 _FLOATS = ("f16", "bf16", "f32", "f64")
@@ -63,13 +63,6 @@ def _segments(op) -> tuple[int, int]:
     return seg[0], seg[1]
 
 
-def _defined_in(v, block) -> bool:
-    owner = v.owner
-    if hasattr(owner, "arguments"):
-        return owner == block
-    return _op(owner).operation.block == block
-
-
 def _factor(op):
     """(the bf16 value, the ops computing it in body order, the input numbers it reads) of
     the product ``op``'s first factor that qualifies, or None."""
@@ -78,7 +71,7 @@ def _factor(op):
     block = op.regions[0].blocks[0]
     n_in, n_out = _segments(op)
     body = [_op(o) for o in block.operations]
-    mul = _product_term(body, block, n_in, n_out)
+    mul = _product_term(op, n_out)
     if mul is not None:
         for side in mul.operands:
             if hasattr(side.owner, "arguments"):
@@ -120,19 +113,12 @@ def _factor(op):
     return None
 
 
-def _product_term(body, block, n_in, n_out):
+def _product_term(op, n_out):
     """The ``mulf`` of ``yield(addf(out, mulf(a, b)))``, the product's body; or None."""
-    if n_out != 1 or body[-1].name != "linalg.yield" or len(body[-1].operands) != 1:
+    found = accumulation(op) if n_out == 1 else None
+    if found is None or found[2].name != "arith.addf" or hasattr(found[3].owner, "arguments"):
         return None
-    y = body[-1].operands[0]
-    if hasattr(y.owner, "arguments") or _op(y.owner).name != "arith.addf":
-        return None
-    add = _op(y.owner)
-    acc = block.arguments[n_in]
-    terms = [v for v in add.operands if v != acc]
-    if len(terms) != 1 or len(list(add.operands)) != 2 or hasattr(terms[0].owner, "arguments"):
-        return None
-    mul = _op(terms[0].owner)
+    mul = _op(found[3].owner)
     return mul if mul.name == "arith.mulf" else None
 
 
@@ -159,8 +145,8 @@ def _materialize(op) -> bool:
         return False               # the factor would be larger than any input it reads
     order = dims_of[widest]
     pos = {d: i for i, d in enumerate(order)}
-    ranges = _loop_ranges(op, maps, n_in + n_out)
-    if any(ranges.get(d) is None for d in order):
+    ranges = loop_ranges(op)[1]
+    if any(ranges[d] is None for d in order):
         return False
     shape = [ranges[d] for d in order]
     bf16 = ir.BF16Type.get()
@@ -213,18 +199,3 @@ def _materialize(op) -> bool:
     op.results[0].replace_all_uses_with(product.results[0])
     op.erase()
     return True
-
-
-def _loop_ranges(op, maps, count) -> dict:
-    """{loop: extent} read off the operands' static shapes."""
-    from mlir import ir
-
-    out = {}
-    for k in range(count):
-        t = op.operands[k].type
-        if not isinstance(t, ir.RankedTensorType):
-            continue
-        for e, size in zip(maps[k].results, ir.RankedTensorType(t).shape):
-            if isinstance(e, ir.AffineDimExpr) or ir.AffineDimExpr.isinstance(e):
-                out.setdefault(ir.AffineDimExpr(e).position, size)
-    return out
