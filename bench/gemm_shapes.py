@@ -111,8 +111,11 @@ def _rounded(tc: str, rank: int) -> str:
 #: "n128", "n256", "s3", "n256s3" — the wgmma kernel with 128x128 / 128x256 tiles
 #: everywhere (by default contraction_wgmma.n_tile chooses) and/or three stages;
 #: "bf16out" — the default kernels writing the sums rounded to bf16, as cuBLAS does (and as
-#: the model's autocast products do)
-VARIANTS = ("mmasync", "wide", "deep", "n128", "n256", "s3", "n256s3", "bf16out")
+#: the model's autocast products do); "n128s3" — 128x128 tiles in three stages (96 KB of
+#: shared memory: two blocks an SM); "ungrouped" — the tiles in the grid's own order
+#: (form_contraction_kernels.tile_order off), "bf16out-ungrouped" both
+VARIANTS = ("mmasync", "wide", "deep", "n128", "n256", "s3", "n256s3", "bf16out", "n128s3",
+            "ungrouped", "bf16out-ungrouped")
 
 
 def build(only, variant: str = "") -> int:
@@ -126,14 +129,15 @@ def build(only, variant: str = "") -> int:
     fck.WIDE_TILES = variant == "wide"
     fck.DEEP_K_TILES = variant == "deep"
     chip = "sm_90" if variant in ("mmasync", "wide", "deep") else DEFAULT_CHIP
-    wg.BN = 256 if variant.startswith("n256") else 128 if variant == "n128" else wg.BN
-    wg.STAGES = 3 if variant.endswith("s3") else wg.STAGES
+    wg.BN = 256 if variant.startswith("n256") else 128 if variant.startswith("n128") else None
+    wg.STAGES = 3 if variant.endswith("s3") else 4
+    fck.RASTER_GROUP = 1 << 30 if variant.endswith("ungrouped") else 8
     suffix = f"-{variant}" if variant else ""
     for name, shape in SHAPES.items():
         if only and name not in only:
             continue
         t0 = time.perf_counter()
-        out = "bf16" if variant == "bf16out" else "f32"
+        out = "bf16" if variant.startswith("bf16out") else "f32"
         m = compile_update_to_artifact(mlir_text(*shape, out=out),
                                        os.path.join(ART, f"{name}{suffix}.latch"), chip=chip)
         kinds = [la["module"] for la in m["launches"]]

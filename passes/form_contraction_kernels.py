@@ -747,11 +747,41 @@ def _pairable(con: Contraction) -> bool:
             ir.AffineMap.get_identity(ir.MemRefType(con.c.type).rank))
 
 
+#: Output tiles are visited in groups of this many m-tiles when the output is wider than
+#: that many n-tiles: each group's tiles column by column (every m-tile of the group, then
+#: the next n-tile), then the next group; see :func:`tile_order`.
+RASTER_GROUP = 8
+
+
+def tile_order(gx: int, gy: int) -> int:
+    """The group height (m-tiles) in which blocks take the output tiles of a ``gx`` x ``gy``
+    tile grid (n-tiles x m-tiles), 0 for the grid's own order (block x = the n-tile, y =
+    the m-tile: a row of tiles at a time).
+
+    In the grid's order the blocks running at once share one row of A and read ~one
+    wave's worth of B's columns; where B is wide that is all of B for every row of tiles
+    (TinyMoE's LM head: 132 blocks cover all 32768 vocabulary columns, the 50 MB
+    embedding read from DRAM again for each of the 256 rows of tiles, 3 TB/s for the
+    whole kernel).  In groups of ``RASTER_GROUP`` m-tiles, a wave covers 8 m-tiles x ~16
+    n-tiles: a few MB of A and B that stay in L2 while the group sweeps along n.  Which
+    block computes which tile changes nothing in any tile's arithmetic."""
+    return RASTER_GROUP if gx > RASTER_GROUP and gy > 1 else 0
+
+
 def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
     tid = t.emit("gpu.thread_id x")
     bx = t.emit("gpu.block_id x")
     by = t.emit("gpu.block_id y")
     bz = t.emit("gpu.block_id z")
+    gx, gy = -(-con.size("n") // n_tile), -(-con.size("m") // m_tile)
+    group = tile_order(gx, gy)
+    if group:                           # block (bx, by) -> tile (n, m) in groups of m-tiles
+        linear = t.add(t.mul(by, gx), bx)
+        first = t.mul(t.arith("divui", linear, group * gx), group)
+        height = t.arith("minui", t.arith("subi", t.const(gy), first), t.const(group))
+        within = t.arith("remui", linear, group * gx)
+        by = t.add(first, t.arith("remui", within, height))
+        bx = t.arith("divui", within, height)
     m0 = t.mul(by, m_tile)
     n0 = t.mul(bx, n_tile)
     if k.splits > 1:                    # grid z = batch x slices

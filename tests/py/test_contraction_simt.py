@@ -147,6 +147,15 @@ def test_mma_whole_tiles():
     assert [la[1] for la in _launches(m)] == [(1, 2, 1)]
 
 
+def test_mma_tiles_in_groups_of_m_tiles(monkeypatch):
+    """The mma.sync kernel with a wide output takes its tiles in groups of m-tiles too
+    (RASTER_GROUP 2: a 3 x 3 grid of 128 x 128 tiles, groups of 2 and 1 m-tiles)."""
+    import latch.passes.form_contraction_kernels as fck
+    monkeypatch.setattr(fck, "RASTER_GROUP", 2)
+    m = check({"m": 300, "n": 300, "k": 32}, "mk", "kn", "mn")
+    assert [la[1] for la in _launches(m)] == [(3, 3, 1)]
+
+
 def test_mma_edge_tiles():
     """136x96 @ 96x40: partial m and n tiles (clamped loads, guarded stores)."""
     check({"m": 136, "n": 40, "k": 96}, "mk", "kn", "mn")

@@ -51,6 +51,42 @@ def test_wgmma_256_wide_tile(monkeypatch, sizes, a_idx, b_idx):
     assert "n = 256" in str(m)
 
 
+@pytest.mark.parametrize("sizes,a_idx,b_idx", [
+    ({"m": 300, "n": 600, "k": 64}, "mk", "nk"),      # 3 x 3 tiles of 128 x 256: groups 2 + 1
+    ({"m": 136, "n": 712, "k": 128}, "mk", "kn"),     # 2 x 3 tiles, B MN-major, one group
+], ids=["partial-group", "one-group"])
+def test_wgmma_tiles_in_groups_of_m_tiles(monkeypatch, sizes, a_idx, b_idx):
+    """Wide outputs: blocks take the tiles in groups of RASTER_GROUP m-tiles (here 2, so a
+    3 x 3 grid has a last group of one m-tile); every tile is still computed exactly once,
+    edge tiles guarded (an f64 reference over the whole output)."""
+    import latch.passes.form_contraction_kernels as fck
+    monkeypatch.setattr(fck, "RASTER_GROUP", 2)
+    m = check(sizes, a_idx, b_idx, "mn", options=WGMMA, expect_kernel="wgmma")
+    assert "arith.minui" in str(m).split("nvvm.wgmma.fence")[0]
+
+
+def test_tile_order_is_a_permutation_of_the_tiles():
+    """tile_order's grouping, evaluated as the kernel computes it, visits every tile of
+    a grid once, for grids with and without a partial last group; narrow grids keep the
+    grid's own order."""
+    from latch.passes.form_contraction_kernels import RASTER_GROUP, tile_order
+
+    assert tile_order(RASTER_GROUP, 256) == 0 and tile_order(128, 1) == 0
+    assert tile_order(128, 256) == RASTER_GROUP          # TinyMoE B32's LM head
+    for gx, gy, group in [(5, 3, 2), (128, 16, 8), (9, 20, 8), (3, 7, 3)]:
+        seen = []
+        for by in range(gy):
+            for bx in range(gx):
+                linear = by * gx + bx
+                first = linear // (group * gx) * group
+                height = min(gy - first, group)
+                within = linear % (group * gx)
+                seen.append((first + within % height, within // height))
+        assert sorted(seen) == [(m, n) for m in range(gy) for n in range(gx)]
+        # the first `group` x ... blocks share `group` m-tiles
+        assert {m for m, _ in seen[:group * 2]} == set(range(min(group, gy)))
+
+
 def test_n_tile_rule():
     """256 columns where the output has them, unless split-K leaves a block < 16 k-tiles."""
     from test_contraction_simt import contraction_text
