@@ -113,10 +113,9 @@ def _rounded(tc: str, rank: int) -> str:
 #: "bf16out" — the default kernels writing the sums rounded to bf16, as cuBLAS does (and as
 #: the model's autocast products do); "n128s3" — 128x128 tiles in three stages (96 KB of
 #: shared memory: two blocks an SM); "ungrouped" — the tiles in the grid's own order
-#: (form_contraction_kernels.tile_order off), "bf16out-ungrouped" both; "tilewise" — one
-#: output tile a block (no persistent kernel), "bf16out-tilewise" both
+#: (form_contraction_kernels.tile_order off), "bf16out-ungrouped" both
 VARIANTS = ("mmasync", "wide", "deep", "n128", "n256", "s3", "n256s3", "bf16out", "n128s3",
-            "ungrouped", "bf16out-ungrouped", "tilewise", "bf16out-tilewise")
+            "ungrouped", "bf16out-ungrouped")
 
 
 def build(only, variant: str = "") -> int:
@@ -133,7 +132,6 @@ def build(only, variant: str = "") -> int:
     wg.BN = 256 if variant.startswith("n256") else 128 if variant.startswith("n128") else None
     wg.STAGES = 3 if variant.endswith("s3") else 4
     fck.RASTER_GROUP = 1 << 30 if variant.endswith("ungrouped") else 8
-    wg.PERSISTENT = not variant.endswith("tilewise")
     suffix = f"-{variant}" if variant else ""
     for name, shape in SHAPES.items():
         if only and name not in only:

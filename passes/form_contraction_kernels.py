@@ -1212,11 +1212,10 @@ class FormContractionKernels(ModulePass):
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
             k_tile = _K_TILE[simt_kernel_text] if make is simt_kernel_text else \
                 mma_k_tiling()[0]
-            wgmma = False
             if make is mma_kernel_text and self.chip == "sm_90a":
                 from latch.passes import contraction_wgmma as wg
                 if wg.wgmma_applies(con):
-                    make, k_tile, wgmma = wg.wgmma_kernel_text, wg.BK, True
+                    make, k_tile = wg.wgmma_kernel_text, wg.BK
             if make is mma_kernel_text and wide_tiles(con):
                 make = _wide_mma_kernel_text
             text, grid, block, shared = make(con, name)
@@ -1229,8 +1228,6 @@ class FormContractionKernels(ModulePass):
                     _hoist_between(con.op, narrowing)    # its allocation comes first
                     con.narrowed_by, con.c = narrowing, narrowing.operands[1]
                     text, grid, block, shared = make(con, name)
-            if wgmma and wg.persistent_applies(con, grid, splits):   # more tiles than SMs
-                text, grid, block, shared = wg.persistent_kernel_text(con, name)
             planned.append((con, name, text, grid, block, shared, splits))
         workspaces = _split_k_workspaces(planned)
         index = ir.IndexType.get()

@@ -65,38 +65,6 @@ def test_wgmma_tiles_in_groups_of_m_tiles(monkeypatch, sizes, a_idx, b_idx):
     assert "arith.minui" in str(m).split("nvvm.wgmma.fence")[0]
 
 
-@pytest.mark.parametrize("sizes,a_idx,b_idx,c_idx,blocks", [
-    # 3 x 3 tiles over 2 blocks (5 + 4 tiles), 3 k-tiles each: the prefetch two steps
-    # ahead crosses into the next tile; groups of 2 m-tiles; edge tiles
-    ({"m": 300, "n": 600, "k": 192}, "mk", "nk", "mn", 2),
-    # one k-tile a tile: every step ends a tile, the prefetch reaches two tiles ahead
-    ({"m": 136, "n": 712, "k": 64}, "mk", "kn", "mn", 3),
-    # batched (2 x 2 x 1 tiles) over 3 blocks, both factors MN-major
-    ({"b": 2, "m": 136, "n": 64, "k": 128}, "bkm", "bkn", "bmn", 3),
-], ids=["grouped-edges", "one-k-tile", "batched"])
-def test_wgmma_persistent_kernel(monkeypatch, sizes, a_idx, b_idx, c_idx, blocks):
-    """More output tiles than PERSISTENT_BLOCKS: a grid of that many blocks, each taking
-    every G-th tile through one pipeline (the next tile's first k-tiles staged before the
-    last one's epilogue); every element against float64."""
-    import latch.passes.contraction_wgmma as wg
-    import latch.passes.form_contraction_kernels as fck
-    monkeypatch.setattr(wg, "PERSISTENT_BLOCKS", blocks)
-    monkeypatch.setattr(fck, "RASTER_GROUP", 2)
-    m = check(sizes, a_idx, b_idx, c_idx, options=WGMMA, expect_kernel="wgmma")
-    assert [la[1] for la in _launches(m)] == [(blocks, 1, 1)]
-    assert "gpu.grid_dim" in str(m)
-
-
-def test_persistent_kernel_only_with_more_tiles_than_blocks(monkeypatch):
-    """As many tiles as blocks (or split-K) keeps one tile a block."""
-    import latch.passes.contraction_wgmma as wg
-    monkeypatch.setattr(wg, "PERSISTENT_BLOCKS", 4)
-    m = check({"m": 256, "n": 512, "k": 64}, "mk", "nk", "mn", options=WGMMA,
-              expect_kernel="wgmma")                   # 2 x 2 tiles of 128 x 256
-    assert [la[1] for la in _launches(m)] == [(2, 2, 1)]
-    assert "gpu.grid_dim" not in str(m)
-
-
 def test_tile_order_is_a_permutation_of_the_tiles():
     """tile_order's grouping, evaluated as the kernel computes it, visits every tile of
     a grid once, for grids with and without a partial last group; narrow grids keep the
