@@ -36,6 +36,17 @@ def test_a_failed_or_skipped_latch_run_is_not_a_result(tmp_path, monkeypatch):
     assert results_table.latest_run("gradlev", "gradlev-*.json") == (None, {})
 
 
+def test_a_run_of_a_reverted_change_is_not_a_result(tmp_path, monkeypatch):
+    both = [{"workload": "gradlev", "engine": "latch", "median_ms": 2.0},
+            {"workload": "gradlev", "engine": "torch-manual-graph", "median_ms": 10.0}]
+    (tmp_path / "gradlev-20990101T000000Z.json").write_text(json.dumps(both))
+    reverted = [dict(r, reverted="commit X was reverted") for r in both]
+    (tmp_path / "gradlev-20991231T000000Z.json").write_text(json.dumps(reverted))
+    monkeypatch.setattr(results_table, "RESULTS", str(tmp_path))
+    assert results_table.latest_run("gradlev", "gradlev-*.json")[0] == \
+        "gradlev-20990101T000000Z.json"
+
+
 def test_a_latch_only_run_does_not_replace_the_comparison(tmp_path, monkeypatch):
     both = [{"workload": "gradlev", "engine": "latch", "median_ms": 2.0},
             {"workload": "gradlev", "engine": "torch-manual-graph", "median_ms": 10.0}]
