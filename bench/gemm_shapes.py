@@ -113,9 +113,10 @@ def _rounded(tc: str, rank: int) -> str:
 #: "bf16out" — the default kernels writing the sums rounded to bf16, as cuBLAS does (and as
 #: the model's autocast products do); "n128s3" — 128x128 tiles in three stages (96 KB of
 #: shared memory: two blocks an SM); "ungrouped" — the tiles in the grid's own order
-#: (form_contraction_kernels.tile_order off), "bf16out-ungrouped" both
+#: (form_contraction_kernels.tile_order off), "bf16out-ungrouped" both; "bf16out-direct" —
+#: the rounded sums stored from the accumulator layout (contraction_wgmma.STAGE_OUTPUT off)
 VARIANTS = ("mmasync", "wide", "deep", "n128", "n256", "s3", "n256s3", "bf16out", "n128s3",
-            "ungrouped", "bf16out-ungrouped")
+            "ungrouped", "bf16out-ungrouped", "bf16out-direct")
 
 
 def build(only, variant: str = "") -> int:
@@ -132,6 +133,7 @@ def build(only, variant: str = "") -> int:
     wg.BN = 256 if variant.startswith("n256") else 128 if variant.startswith("n128") else None
     wg.STAGES = 3 if variant.endswith("s3") else 4
     fck.RASTER_GROUP = 1 << 30 if variant.endswith("ungrouped") else 8
+    wg.STAGE_OUTPUT = not variant.endswith("direct")
     suffix = f"-{variant}" if variant else ""
     for name, shape in SHAPES.items():
         if only and name not in only:

@@ -36,12 +36,19 @@ block meets at a barrier; each warpgroup then issues the four k16 ``wgmma`` of t
 one group and waits until at most one group (tile kt) is in flight — tile kt-1's are done —
 and copies tile kt + STAGES - 2 into the stage tile kt - 2 used (every warpgroup finished
 reading it before the barrier).  So STAGES - 2 tiles are loading while one multiplies.
+
+Epilogue: a bf16 output (a just-zeroed product written rounded, ``stages_output``) goes
+through the idle stages — each thread's accumulator pairs into a padded [128][BN] bf16
+tile, then 16-byte pieces of whole rows out to global memory (a warp writes 512 contiguous
+bytes); measured on the H200 (gemm_shapes-20261201T064324Z.json) 0.71-0.80 -> 0.84-0.93 of
+cuBLAS on the forward shapes against the stores straight from the accumulator layout (8
+rows x 16 bytes per store instruction).  f32 outputs and split-K workspaces keep those.
 """
 from __future__ import annotations
 
 from latch.passes.form_contraction_kernels import (
-    _WG, Contraction, _begin, _epilogue, _Kernel, _module, _signature, _staging, _Text,
-    copy_chunk, k_tile_range)
+    _WG, Contraction, _begin, _epilogue, _Kernel, _module, _pairable, _signature, _staging,
+    _Text, copy_chunk, k_tile_range)
 
 BM, BK, THREADS = 128, 64, 256
 #: n width of the output tile (128 or 256; None: :func:`n_tile` chooses per contraction)
@@ -220,7 +227,80 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
         row = t.add(row_base, 8 * ((j % 4) // 2))
         col = t.add(col_base, 8 * (j // 4) + j % 2)
         cells.append((row, col, t.emit(f"llvm.extractvalue {result}[{j}] : {acc_type}")))
-    _epilogue(k, t, batch, cells, pairs=True)
+    if stages_output(con, k):
+        _staged_epilogue(t, k, batch, cells, sm, sm_type, tid, m0, n0, bn)
+    else:
+        _epilogue(k, t, batch, cells, pairs=True)
     text = _module(name, _signature(con, None, THREADS, splits), t)
     grid = (-(-N // bn), -(-M // BM), max(1, con.size("batch")) * splits)
     return text, grid, (THREADS, 1, 1), total + 1024
+
+
+#: bf16 elements of padding after each row of the staged output tile: rows 528 (or 272)
+#: bytes apart, so the 8 rows a warp's accumulator pairs fall on start 4 banks apart and
+#: its 32 four-byte writes hit 32 different banks
+_PITCH_PAD = 8
+#: whether bf16 outputs go through shared memory (bench/gemm_shapes.py's "bf16out-direct"
+#: variant measures the accumulator-layout stores instead)
+STAGE_OUTPUT = True
+
+
+def stages_output(con: Contraction, k: _Kernel) -> bool:
+    """Whether the tile is written through shared memory (:func:`_staged_epilogue`): a
+    just-zeroed output written rounded to bf16 (``narrowed_by``), whose columns are its
+    contiguous dimension in groups of 8 aligned elements, no split-K."""
+    from mlir import ir
+
+    if not STAGE_OUTPUT or k.splits > 1 or not k.overwrite or con.narrowed_by is None \
+            or not _pairable(con):
+        return False
+    last = ir.MemRefType(con.c.type).shape[-1]
+    return last % 8 == 0
+
+
+def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type: str,
+                     tid: str, m0: str, n0: str, bn: int) -> None:
+    """Write the output tile rounded to bf16 through shared memory: each thread puts its
+    accumulator pairs (4 bytes) into the idle stages as a [128][bn + pad] bf16 tile, then
+    the block copies it out in 16-byte pieces, a warp writing 512 contiguous bytes of a row
+    (instead of 8 rows x 16 bytes per store instruction straight from the accumulator
+    layout).  Edge tiles: pieces past the output's rows / columns are not written (the
+    columns come in whole pieces: n % 8 == 0)."""
+    con = k.con
+    m, n = con.size("m"), con.size("n")
+    pitch = bn + _PITCH_PAD
+    t.line("nvvm.cp.async.wait.group 0")
+    t.line("gpu.barrier")                 # every warpgroup's products have read the stages
+    for i in range(0, len(cells), 2):
+        (row, col, lo), (_row, _col, hi) = cells[i], cells[i + 1]
+        at = t.add(t.mul(t.arith("subi", row, m0), pitch), t.arith("subi", col, n0))
+        pair = t.emit(f"vector.from_elements {t.emit(f'arith.truncf {lo} : f32 to bf16')}, "
+                      f"{t.emit(f'arith.truncf {hi} : f32 to bf16')} : vector<2xbf16>")
+        t.line(f"vector.store {pair}, {sm}[{at}] {{alignment = 4}} : {sm_type}, "
+               "vector<2xbf16>")
+    t.line("gpu.barrier")
+    per_row = bn // 8
+    for q in range(BM * per_row // THREADS):
+        piece = t.add(tid, q * THREADS)
+        r = t.arith("divui", piece, per_row)
+        c = t.mul(t.arith("remui", piece, per_row), 8)
+        v = t.emit(f"vector.load {sm}[{t.add(t.mul(r, pitch), c)}] {{alignment = 16}} : "
+                   f"{sm_type}, vector<8xbf16>")
+        row, col = t.add(m0, r), t.add(n0, c)
+        guard = []
+        if m % BM:
+            guard.append(t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index"))
+        if n % bn:
+            guard.append(t.emit(f"arith.cmpi ult, {col}, {t.const(n)} : index"))
+        cond = guard[0] if guard else None
+        if len(guard) == 2:
+            cond = t.emit(f"arith.andi {guard[0]}, {guard[1]} : i1")
+        if cond is not None:
+            t.line(f"scf.if {cond} {{")
+        dims = dict(batch)
+        dims.update(k.split("m", row))
+        dims.update(k.split("n", col))
+        t.line(f"vector.store {v}, %C[{k.indices(-1, dims)}] {{alignment = 16}} : "
+               f"{con.c.type}, vector<8xbf16>")
+        if cond is not None:
+            t.line("}")

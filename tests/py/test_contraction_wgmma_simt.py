@@ -301,6 +301,37 @@ def test_wgmma_writes_a_zeroed_output_rounded_to_bf16():
 
     kernel = check_rounded(WGMMA, k=128)
     assert "nvvm.wgmma.mma_async" in kernel and "vector<2xbf16>" in kernel
+    # written through shared memory: 16-byte pieces of rows into the output
+    assert "vector<8xbf16>" in kernel.split("gpu.module")[1]
+
+
+@pytest.mark.parametrize("m,k,n", [(200, 128, 520), (136, 64, 200), (256, 64, 512)],
+                         ids=["128x256-edges", "128x128-edges", "whole-tiles"])
+def test_wgmma_bf16_output_through_shared_memory(m, k, n):
+    """The rounded output tile staged in shared memory and written in 16-byte pieces
+    (stages_output): several tiles in both directions, edge tiles cut at whole pieces,
+    both tile widths; every element equals the f32 sums rounded to bf16 (up to order)."""
+    import torch
+
+    from simt import Simt
+    from test_contraction_simt import ROUNDED, _bf16, run_pass
+
+    text = (ROUNDED.replace("96x80", f"{m}x{k}").replace("80x72", f"{k}x{n}")
+            .replace("96x72", f"{m}x{n}")
+            .replace("latch.offset = 32768", f"latch.offset = {m * n * 4}"))
+    mod, ctx = run_pass(text, WGMMA)
+    kernel = str(mod).split("gpu.module", 1)[1]
+    assert "nvvm.wgmma.mma_async" in kernel and "vector<8xbf16>" in kernel
+    g = torch.Generator().manual_seed(5)
+    a = _bf16(torch.randn(m, k, generator=g, dtype=torch.float64))
+    b = _bf16(torch.randn(k, n, generator=g, dtype=torch.float64))
+    with ctx:
+        (got,) = Simt(mod).run([a.numpy(), b.numpy()])
+    got = torch.from_numpy(np.asarray(got, np.float64))
+    ref = (a @ b).float().bfloat16().double()
+    assert torch.equal(got, got.bfloat16().double())
+    err = float((got - ref).norm() / ref.norm())
+    assert err < 2e-3, err
 
 
 def test_bench_gemm_with_bf16_output_is_one_wgmma_kernel():
