@@ -58,7 +58,7 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     ``example_inputs``: a tuple of tensors with the shapes and dtypes of every later batch
     (with ``distributed=True``: one rank's shard of the batch).
     Other keywords are fields of :class:`latch.options.CompileOptions` (``opt_level``,
-    ``distributed``, ``bucket_mb``, ``attention``).
+    ``distributed``, ``bucket_mb``, ``attention``, ``deterministic``).
     """
     options = CompileOptions(target=target, precision=precision, on_nonfinite=on_nonfinite,
                              **kwargs)

@@ -131,7 +131,7 @@ def compile_cuda_function(fn, inputs, options: CompileOptions) -> "CudaFunctionH
         module = ir.Module.parse(text)
         schedule, ptx, kernels_ir = compile_function_module(
             module, chip=chip, features=features, block=block, opt_level=opt_level,
-            scan_threads=threads, times=times)
+            scan_threads=threads, times=times, deterministic=options.deterministic)
     out_tree = None
     if traced.out_treedef is not None:
         try:
@@ -140,7 +140,8 @@ def compile_cuda_function(fn, inputs, options: CompileOptions) -> "CudaFunctionH
             out_tree = None
     manifest, files = build_function_manifest(
         schedule, ptx, source_text=text, kernels_ir=kernels_ir, chip=chip, features=features,
-        block=block, opt_level=opt_level, scan_threads=threads, out_tree=out_tree)
+        block=block, opt_level=opt_level, scan_threads=threads, out_tree=out_tree,
+        deterministic=options.deterministic)
     expect = [{"shape": list(t.shape), "dtype": _TORCH_NAMES.get(t.dtype, str(t.dtype))}
               for t in inputs]
     got = [{"shape": s["shape"], "dtype": s["dtype"]} for s in manifest["inputs"]]
@@ -148,6 +149,8 @@ def compile_cuda_function(fn, inputs, options: CompileOptions) -> "CudaFunctionH
         raise LatchError(f"cuda target: the compiled function takes {got}, the example "
                          f"inputs are {expect}")
     manifest["options"] = {"target": "cuda", "precision": options.precision}
+    if options.deterministic:
+        manifest["options"]["deterministic"] = True
     return CudaFunctionHandle(manifest, files, {k: round(v, 4) for k, v in times.items()})
 
 

@@ -61,6 +61,12 @@ class CompileOptions:
     # as fused attention ops whose kernels never store the scores (cuda; "flash" on cpu);
     # "auto" (the default) is "fused" on cuda with bf16 and "math" otherwise.
     attention: str = "auto"
+    # Bitwise reproducible updates on the cuda target: products with a one-hot factor
+    # (index_add, embedding and MoE dispatch/combine gradients) stay tiled contractions
+    # summed in a fixed order instead of scatter kernels of float atomic adds, whose order
+    # varies from run to run (as PyTorch's index_add_ on CUDA).  Off by default: the
+    # scatters are the fast form.  The cpu target is deterministic either way.
+    deterministic: bool = False
 
     def __post_init__(self):
         _check("target", self.target, TARGETS)
@@ -68,6 +74,9 @@ class CompileOptions:
         _check("on_nonfinite", self.on_nonfinite, NONFINITE)
         if self.opt_level not in (0, 1, 2, 3):
             raise LatchError(f"opt_level must be 0, 1, 2 or 3, got {self.opt_level!r}")
+        if not isinstance(self.deterministic, bool):
+            raise LatchError(f"deterministic must be True or False, got "
+                             f"{self.deterministic!r}")
         if not isinstance(self.distributed, bool):
             raise LatchError(f"distributed must be True or False, got {self.distributed!r}")
         if self.distributed and self.target != "cuda":

@@ -195,8 +195,9 @@ class LatchEngine:
             side = args.program + ".json"
             if os.path.exists(side):
                 saved = json.load(open(side))
-                diff = {k: (v, args.schedule[k]) for k, v in saved.items()
-                        if args.schedule.get(k) != v}
+                diff = {k: (saved.get(k), args.schedule.get(k))
+                        for k in sorted(set(saved) | set(args.schedule))
+                        if args.schedule.get(k) != saved.get(k)}
                 if diff:
                     raise SystemExit(f"{args.program} was compiled for other settings "
                                      f"(saved, now): {diff}")
@@ -211,7 +212,8 @@ class LatchEngine:
                                      else "cpu")
             t0 = time.perf_counter()
             self.prog = latch.compile(model, rule, example, target=target,
-                                      precision=args.precision, attention=args.attention)
+                                      precision=args.precision, attention=args.attention,
+                                      deterministic=args.deterministic)
             print(f"latch.compile (target {target}, precision {args.precision}): "
                   f"{time.perf_counter() - t0:.1f} s", flush=True)
         self.cuda = self.prog.manifest.get("kind") == "cuda-update" or (
@@ -499,6 +501,9 @@ def parse_args(argv=None):
     ap.add_argument("--program", default=None, help="--engine latch: a saved program to run")
     ap.add_argument("--save-program", default=None,
                     help="--engine latch: compile, save the program there and stop")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="--engine latch: latch.compile(deterministic=True): no float atomics "
+                         "(bitwise reproducible runs; one-hot products as contractions)")
     ap.add_argument("--attention", choices=("auto", "math", "flash", "fused"), default="auto",
                     help="--engine latch, bf16: latch.compile's attention option (auto: fused "
                          "on cuda, math on cpu; math: scores rounded to bf16 as CPU autocast; "
@@ -544,6 +549,8 @@ def main(argv=None) -> int:
                                              "precision", "tiny", "params")}
     if args.engine == "latch":
         config["attention"] = args.schedule["attention"] = args.attention
+        if args.deterministic:     # only when set: programs saved before the flag still load
+            config["deterministic"] = args.schedule["deterministic"] = True
     stream = tmdata.TokenStream(args.data, args.batch, seq, seed=args.seed)
     x0, y0 = stream.xy(0)
 

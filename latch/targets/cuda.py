@@ -199,13 +199,20 @@ def _ptx_of_binaries(module) -> dict[str, str]:
     return out
 
 
+def form_kernels(block: str, chip: str, deterministic: bool = False) -> str:
+    """The ``latch-form-kernels`` stage as the cuda target runs it."""
+    return f"latch-form-kernels{{block={block} chip={chip}" + \
+        (" scatter=false}" if deterministic else "}")
+
+
 def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAULT_CHIP,
                           features: str = DEFAULT_FEATURES, block: str = "32,8",
-                          opt_level: int = 3,
-                          times: dict | None = None) -> tuple[dict, dict[str, str], str]:
+                          opt_level: int = 3, times: dict | None = None,
+                          deterministic: bool = False) -> tuple[dict, dict[str, str], str]:
     """Run the cuda stages on ``module`` (an ``mlir.ir.Module``, changed in place).
     Returns (schedule, {gpu.module name: PTX}, kernels-stage IR text).  ``times`` (optional)
-    receives the seconds of each stage."""
+    receives the seconds of each stage; ``deterministic``: no scatter kernels of float
+    atomics (``CompileOptions.deterministic``)."""
     from latch.passes.extract_launches import extract_launch_schedule
 
     times = {} if times is None else times
@@ -235,7 +242,7 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAU
         found = []
     buffer_bytes = _entry_attr(module, entries[0], "latch.buffer_bytes")
     timed("latch-form-kernels", _run, module,
-          f"builtin.module(latch-form-kernels{{block={block} chip={chip}}})", "latch-form-kernels")
+          f"builtin.module({form_kernels(block, chip, deterministic)})", "latch-form-kernels")
     kernels_ir = str(module)
     schedules = [timed("schedule", extract_launch_schedule, module.operation, e)
                  for e in entries]
@@ -365,7 +372,7 @@ def _entry_attr(module, entry, attr: str) -> int:
 
 def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
                    kernels_ir: str, chip: str, features: str, block: str,
-                   opt_level: int) -> tuple[dict, dict[str, bytes]]:
+                   opt_level: int, deterministic: bool = False) -> tuple[dict, dict[str, bytes]]:
     manifest, files = _manifest_core(MANIFEST_KIND, schedule, ptx, source_text=source_text,
                                      kernels_ir=kernels_ir, chip=chip, features=features)
     manifest.update(
@@ -374,7 +381,7 @@ def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
         **({"variants": schedule["variants"]} if schedule.get("variants") else {}),
         build={"block": block, "opt_level": opt_level,
                "stages": ["latch-lower-rules", "latch-specialize-every", "latch-bufferize",
-                          "latch-wrap-host-compute", f"latch-form-kernels{{block={block} chip={chip}}}",
+                          "latch-wrap-host-compute", form_kernels(block, chip, deterministic),
                           kernels_to_ptx_pipeline(chip, features, opt_level)]})
     return manifest, files
 
@@ -489,11 +496,12 @@ def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
         source_text = module.operation.get_asm(print_generic_op_form=True)
         schedule, ptx, kernels_ir = compile_update_module(
             module, chip=chip, features=features, block=block, opt_level=opt_level,
-            times=timer.times)
+            times=timer.times, deterministic=options.deterministic)
     t0 = time.perf_counter()
     manifest, files = build_manifest(schedule, ptx, source_text=source_text,
                                      kernels_ir=kernels_ir, chip=chip, features=features,
-                                     block=block, opt_level=opt_level)
+                                     block=block, opt_level=opt_level,
+                                     deterministic=options.deterministic)
     expect = [(list(t.shape), _TORCH_NAMES[t.dtype]) for t in inputs]
     _check_specs("input", manifest["inputs"], expect)
     names = [s["name"] for s in manifest["states"]]
@@ -503,6 +511,8 @@ def compile_program(model, rule, inputs, options) -> "CudaProgramHandle":
     manifest["param_names"] = list(traced.param_names)
     manifest["options"] = {"target": "cuda", "precision": options.precision,
                            "on_nonfinite": options.on_nonfinite}
+    if options.deterministic:
+        manifest["options"]["deterministic"] = True
     if options.distributed:
         manifest["options"].update(distributed=True, bucket_mb=options.bucket_mb)
     manifest["memory"] = {"arena_bytes": schedule["arena_bytes"],
@@ -616,7 +626,8 @@ FUNCTION_KIND = "cuda-function"
 def compile_function_module(module, *, entry: str = "main", chip: str = DEFAULT_CHIP,
                             features: str = DEFAULT_FEATURES, block: str = "32,8",
                             opt_level: int = 3, scan_threads: int = 256,
-                            times: dict | None = None) -> tuple[dict, dict[str, str], str]:
+                            times: dict | None = None,
+                            deterministic: bool = False) -> tuple[dict, dict[str, str], str]:
     """The cuda stages for a plain function (linalg on tensors, no state): bufferize + plan
     memory, ``latch-form-scan-kernels`` (each scan loop → one kernel that keeps its carry
     in workgroup memory; no unrolling of host loops), then the same kernel formation,
@@ -637,7 +648,7 @@ def compile_function_module(module, *, entry: str = "main", chip: str = DEFAULT_
           f"builtin.module(latch-form-scan-kernels{{threads={scan_threads}}}, canonicalize)",
           "latch-form-scan-kernels")
     timed("latch-form-kernels", _run, module,
-          f"builtin.module(latch-form-kernels{{block={block} chip={chip}}})", "latch-form-kernels")
+          f"builtin.module({form_kernels(block, chip, deterministic)})", "latch-form-kernels")
     kernels_ir = str(module)
     schedule = timed("schedule", extract_launch_schedule, module.operation, entry)
     if schedule["states"]:
@@ -651,14 +662,15 @@ def compile_function_module(module, *, entry: str = "main", chip: str = DEFAULT_
 def build_function_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
                             kernels_ir: str, chip: str, features: str, block: str,
                             opt_level: int, scan_threads: int,
-                            out_tree: str | None = None) -> tuple[dict, dict[str, bytes]]:
+                            out_tree: str | None = None,
+                            deterministic: bool = False) -> tuple[dict, dict[str, bytes]]:
     """The ``cuda-function`` artifact: like an update's, without states or guard."""
     manifest, files = _manifest_core(FUNCTION_KIND, schedule, ptx, source_text=source_text,
                                      kernels_ir=kernels_ir, chip=chip, features=features)
     manifest["build"] = {
         "block": block, "opt_level": opt_level, "scan_threads": scan_threads,
         "stages": ["latch-bufferize", f"latch-form-scan-kernels{{threads={scan_threads}}}",
-                   f"latch-form-kernels{{block={block} chip={chip}}}",
+                   form_kernels(block, chip, deterministic),
                    kernels_to_ptx_pipeline(chip, features, opt_level)]}
     if out_tree is not None:
         manifest["out_tree"] = out_tree

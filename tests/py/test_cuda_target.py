@@ -980,6 +980,38 @@ def test_one_hot_products_of_the_moe_become_scatter_kernels(cuda_models):
     assert not any(la["module"].startswith("latch_contract") for la in scatters)
 
 
+def test_deterministic_keeps_one_hot_products_as_contractions(cuda_models):
+    """deterministic=True: no float atomics anywhere in the PTX (the one-hot products are
+    tiled contractions summed in a fixed order), recorded in the manifest and its build
+    stages, and a different cache entry than the default program."""
+    import latch
+    from models import MODELS
+
+    _, _, default = cuda_models["tiny_moe"]
+    model, example = MODELS["tiny_moe"](seed=0)
+    prog = latch.compile(model, _adamw_clip(), example, target="cuda", deterministic=True)
+    m = prog.manifest
+    assert m["options"]["deterministic"] is True
+    assert "deterministic" not in default.manifest["options"]
+    assert any("scatter=false" in st for st in m["build"]["stages"])
+    assert not any(re.search(rb"\b(atom|red)\.global\.add(\.v4)?\.f32", ptx)
+                   for ptx in prog.files.values())
+    assert any(re.search(rb"\bred\.global\.add(\.v4)?\.f32", ptx)
+               for ptx in default.files.values())
+    contracts = sum(la["module"].startswith("latch_contract") for la in m["launches"])
+    assert contracts > sum(la["module"].startswith("latch_contract")
+                           for la in default.manifest["launches"])
+    assert [s["name"] for s in m["states"]] == [s["name"] for s in default.manifest["states"]]
+
+
+def test_deterministic_must_be_a_bool():
+    from latch.errors import LatchError
+    from latch.options import CompileOptions
+
+    with pytest.raises(LatchError, match="deterministic must be True or False"):
+        CompileOptions(target="cuda", deterministic="yes")
+
+
 def test_every_launch_lists_the_launches_it_must_follow(cuda_models):
     """Each launch's ``after`` (passes/launch_dependencies.py) names earlier launches only,
     and the update is not a chain: many launches need not wait for the one before them

@@ -323,3 +323,29 @@ def test_save_program_compiles_for_cuda_on_a_cpu_machine(built, tmp_path):
                        "8", "--warmup", "2", "--save-program", p]) == 0
     assert read_artifact(p)[0]["kind"] == "cuda-update"
     assert json.load(open(p + ".json"))["steps"] == 8
+
+
+def test_save_program_deterministic(built, tmp_path):
+    """--deterministic compiles with latch.compile(deterministic=True) (no float atomics
+    in the program) and records it beside the program, so that a run without it refuses
+    that program."""
+    pytest.importorskip("torch")
+    import train
+    from latch.artifact import read_artifact
+    p = str(tmp_path / "p.latch")
+    common = ["--data", built, "--out", str(tmp_path / "r"), "--tiny", "--seq", "16",
+              "--engine", "latch", "--device", "cpu", "--recipe", "B2", "--steps", "8",
+              "--warmup", "2"]
+    assert train.main(common + ["--deterministic", "--save-program", p]) == 0
+    manifest, files = read_artifact(p)
+    assert manifest["options"]["deterministic"] is True
+    assert not any(b"red.global.add" in v or b"atom.global.add" in v
+                   for k, v in files.items() if k.endswith(".ptx"))
+    assert json.load(open(p + ".json"))["deterministic"] is True
+    with pytest.raises(SystemExit, match="other settings.*deterministic"):
+        train.main(common + ["--program", p])
+    # and a program without it refuses a run asking for it
+    q = str(tmp_path / "q.latch")
+    assert train.main(common + ["--save-program", q]) == 0
+    with pytest.raises(SystemExit, match="other settings.*deterministic"):
+        train.main(common + ["--deterministic", "--program", q])
