@@ -272,7 +272,7 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
     t.line("nvvm.cp.async.wait.group 0")
     t.line("gpu.barrier")                 # every warpgroup's products have read the stages
     for i in range(0, len(cells), 2):
-        (row, col, lo), (_row, _col, hi) = cells[i], cells[i + 1]
+        (row, col, lo), hi = cells[i], cells[i + 1][2]
         at = t.add(t.mul(t.arith("subi", row, m0), pitch), t.arith("subi", col, n0))
         pair = t.emit(f"vector.from_elements {t.emit(f'arith.truncf {lo} : f32 to bf16')}, "
                       f"{t.emit(f'arith.truncf {hi} : f32 to bf16')} : vector<2xbf16>")
