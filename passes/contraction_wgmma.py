@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from latch.passes.form_contraction_kernels import (
     _WG, Contraction, _begin, _epilogue, _Kernel, _module, _pairable, _signature, _staging,
-    _Text, copy_chunk, k_tile_range)
+    _Text, copy_chunk, k_tile_range, open_edge_guard, output_index)
 
 BM, BK, THREADS = 128, 64, 256
 #: n width of the output tile (128 or 256; None: :func:`n_tile` chooses per contraction)
@@ -267,7 +267,6 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
     layout).  Edge tiles: pieces past the output's rows / columns are not written (the
     columns come in whole pieces: n % 8 == 0)."""
     con = k.con
-    m, n = con.size("m"), con.size("n")
     pitch = bn + _PITCH_PAD
     t.line("nvvm.cp.async.wait.group 0")
     t.line("gpu.barrier")                 # every warpgroup's products have read the stages
@@ -287,20 +286,8 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
         v = t.emit(f"vector.load {sm}[{t.add(t.mul(r, pitch), c)}] {{alignment = 16}} : "
                    f"{sm_type}, vector<8xbf16>")
         row, col = t.add(m0, r), t.add(n0, c)
-        guard = []
-        if m % BM:
-            guard.append(t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index"))
-        if n % bn:
-            guard.append(t.emit(f"arith.cmpi ult, {col}, {t.const(n)} : index"))
-        cond = guard[0] if guard else None
-        if len(guard) == 2:
-            cond = t.emit(f"arith.andi {guard[0]}, {guard[1]} : i1")
-        if cond is not None:
-            t.line(f"scf.if {cond} {{")
-        dims = dict(batch)
-        dims.update(k.split("m", row))
-        dims.update(k.split("n", col))
-        t.line(f"vector.store {v}, %C[{k.indices(-1, dims)}] {{alignment = 16}} : "
-               f"{con.c.type}, vector<8xbf16>")
+        cond = open_edge_guard(t, k, row, col)
+        t.line(f"vector.store {v}, %C[{output_index(k, batch, row, col)}] "
+               f"{{alignment = 16}} : {con.c.type}, vector<8xbf16>")
         if cond is not None:
             t.line("}")

@@ -679,26 +679,13 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells, pairs: bool = False) -> 
     takes each pair as one 4-byte store, an f32 output (or the split-K workspace) one
     8-byte store (and load, when the sums are added to it)."""
     con = k.con
-    m, n = con.size("m"), con.size("n")
     f32_out = con.narrowed_by is None
     paired = pairs and (k.overwrite or k.splits > 1 or f32_out) and _pairable(con)
     for i, (row, col, value) in enumerate(cells):
         if paired and i % 2:
             continue                   # stored with its even neighbour
-        guard = []
-        if m % k.m_tile:
-            guard.append(t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index"))
-        if n % k.n_tile:
-            guard.append(t.emit(f"arith.cmpi ult, {col}, {t.const(n)} : index"))
-        cond = guard[0] if guard else None
-        if len(guard) == 2:
-            cond = t.emit(f"arith.andi {guard[0]}, {guard[1]} : i1")
-        if cond is not None:
-            t.line(f"scf.if {cond} {{")
-        dims = dict(batch)
-        dims.update(k.split("m", row))
-        dims.update(k.split("n", col))
-        idx = k.indices(-1, dims)
+        cond = open_edge_guard(t, k, row, col)
+        idx = output_index(k, batch, row, col)
         if k.splits > 1 and paired:    # two f32 partial sums, one 8-byte store
             w_type = workspace_type(con, k.splits)
             both = t.emit(f"vector.from_elements {value}, {cells[i + 1][2]} : vector<2xf32>")
@@ -732,6 +719,31 @@ def _epilogue(k: _Kernel, t: _Text, batch: dict, cells, pairs: bool = False) -> 
             t.line(f"memref.store {new}, %C[{idx}] : {con.c.type}")
         if cond is not None:
             t.line("}")
+
+
+def open_edge_guard(t: _Text, k: _Kernel, row: str, col: str) -> str | None:
+    """Open ``scf.if row < m and col < n`` where tiles do not divide the output (returns the
+    condition, None when no guard is needed; the caller closes it)."""
+    m, n = k.con.size("m"), k.con.size("n")
+    guard = []
+    if m % k.m_tile:
+        guard.append(t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index"))
+    if n % k.n_tile:
+        guard.append(t.emit(f"arith.cmpi ult, {col}, {t.const(n)} : index"))
+    cond = guard[0] if guard else None
+    if len(guard) == 2:
+        cond = t.emit(f"arith.andi {guard[0]}, {guard[1]} : i1")
+    if cond is not None:
+        t.line(f"scf.if {cond} {{")
+    return cond
+
+
+def output_index(k: _Kernel, batch: dict, row: str, col: str) -> str:
+    """The output's index list at (batch, row, col)."""
+    dims = dict(batch)
+    dims.update(k.split("m", row))
+    dims.update(k.split("n", col))
+    return k.indices(-1, dims)
 
 
 def _pairable(con: Contraction) -> bool:
