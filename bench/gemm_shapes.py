@@ -130,10 +130,13 @@ def build(only, variant: str = "") -> int:
     fck.WIDE_TILES = variant == "wide"
     fck.DEEP_K_TILES = variant == "deep"
     chip = "sm_90" if variant in ("mmasync", "wide", "deep") else DEFAULT_CHIP
-    wg.BN = 256 if variant.startswith("n256") else 128 if variant.startswith("n128") else None
-    wg.STAGES = 3 if variant.endswith("s3") else 4
-    fck.RASTER_GROUP = 1 << 30 if variant.endswith("ungrouped") else 8
-    wg.STAGE_OUTPUT = not variant.endswith("direct")
+    # one build a process: a variant changes the module defaults it names, no others
+    wg.BN = 256 if variant.startswith("n256") else 128 if variant.startswith("n128") else wg.BN
+    wg.STAGES = 3 if variant.endswith("s3") else wg.STAGES
+    if variant.endswith("ungrouped"):
+        fck.RASTER_GROUP = 1 << 30
+    if variant.endswith("direct"):
+        wg.STAGE_OUTPUT = False
     suffix = f"-{variant}" if variant else ""
     for name, shape in SHAPES.items():
         if only and name not in only:

@@ -39,9 +39,11 @@ class CausalSelfAttention(nn.Module):
         return F.mse_loss(self.out(o.transpose(1, 2).reshape(B, T, d)).float(), y)
 
 
-def _update(model, x, y, attention, dump, monkeypatch):
+def _update(model, x, y, attention, dump, monkeypatch, precision="bf16", form=FORM,
+            **options):
     """(parameters after one SGD(1.0) update, loss, launch count, module text, report)
-    interpreted."""
+    interpreted: compiled for cuda (``precision``, ``attention`` and other compile
+    ``options``), the module latch-form-kernels receives formed by ``form``."""
     from mlir import ir
 
     import latch
@@ -50,19 +52,20 @@ def _update(model, x, y, attention, dump, monkeypatch):
 
     monkeypatch.setenv("LATCH_DUMP_DIR", str(dump))
     monkeypatch.setenv("LATCH_CACHE", "0")
-    prog = latch.compile(model, latch.optim.SGD(1.0), (x, y), target="cuda", precision="bf16",
-                         attention=attention)
+    prog = latch.compile(model, latch.optim.SGD(1.0), (x, y), target="cuda",
+                         precision=precision, attention=attention, **options)
     launches = len(prog.manifest["launches"])
     assert ("attention: fused flash-style kernels" in prog.report()) == (attention == "fused")
     ctx = ir.Context()
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
         m = ir.Module.parse((dump / "cuda-latch-form-kernels.mlir").read_text())
-        run_pipeline(m, FORM)
+        run_pipeline(m, form)
         text = str(m)
         params = [p.detach().double().numpy().copy() for p in model.parameters()]
-        res = Simt(m).run(params + [np.array(0, np.int64), x.double().numpy(),
-                                    y.double().numpy()], func="update")
+        inputs = [t.numpy() if not t.is_floating_point() else t.double().numpy()
+                  for t in (x, y)]                      # token ids stay integers
+        res = Simt(m).run(params + [np.array(0, np.int64)] + inputs, func="update")
     new = [torch.as_tensor(np.asarray(r, np.float64)) for r in res[:len(params)]]
     return new, float(np.asarray(res[-1])), launches, text, prog.report()
 

@@ -8,17 +8,14 @@ parameter's change is its gradient, compared with float64 PyTorch.  That the opt
 reaches the pass is tested in test_cuda_target.py (no float atomics in the PTX)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from simt import Simt
+from test_attention_fused_program import FORM, _update
 
-FORM = ("builtin.module(latch-form-attention-kernels, latch-wrap-host-compute, "
-        "latch-forward-zero-fills, latch-form-contraction-kernels{{chip=sm_90a scatter={}}}, "
-        "func.func(convert-linalg-to-parallel-loops), latch-map-parallel-loops{{block=32,8}}, "
-        "lower-affine, canonicalize, cse)")
+# latch-form-kernels as deterministic=True runs it: the one-hot products kept contractions
+DETERMINISTIC_FORM = FORM.replace("{chip=sm_90a}", "{chip=sm_90a scatter=false}")
 
 
 class Embedded(nn.Module):
@@ -29,29 +26,6 @@ class Embedded(nn.Module):
 
     def forward(self, idx, y):
         return F.mse_loss(self.fc(self.emb(idx)), y)
-
-
-def _update(model, idx, y, deterministic, dump, monkeypatch):
-    from mlir import ir
-
-    import latch
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    monkeypatch.setenv("LATCH_DUMP_DIR", str(dump))
-    monkeypatch.setenv("LATCH_CACHE", "0")
-    latch.compile(model, latch.optim.SGD(1.0), (idx, y), target="cuda",
-                  deterministic=deterministic)
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse((dump / "cuda-latch-form-kernels.mlir").read_text())
-        run_pipeline(m, FORM.format("false" if deterministic else "true"))
-        text = str(m)
-        params = [p.detach().double().numpy().copy() for p in model.parameters()]
-        res = Simt(m).run(params + [np.array(0, np.int64), idx.numpy(), y.double().numpy()],
-                          func="update")
-    return [torch.as_tensor(np.asarray(r, np.float64)) for r in res[:len(params)]], text
 
 
 def test_deterministic_embedding_gradient_is_a_contraction(tmp_path, monkeypatch):
@@ -66,7 +40,9 @@ def test_deterministic_embedding_gradient_is_a_contraction(tmp_path, monkeypatch
     texts, news = {}, {}
     for det in (True, False):
         (tmp_path / str(det)).mkdir()
-        news[det], texts[det] = _update(model, idx, y, det, tmp_path / str(det), monkeypatch)
+        news[det], _, _, texts[det], _ = _update(
+            model, idx, y, "math", tmp_path / str(det), monkeypatch, precision="fp32",
+            form=DETERMINISTIC_FORM if det else FORM, deterministic=det)
         for (name, p), p_new in zip(ref.named_parameters(), news[det]):
             # p - p_new recovers the f32 step only to ~eps32 |p| / |g| (2e-5 for the
             # embedding rows, whose gradients are small against weights of size 1)
