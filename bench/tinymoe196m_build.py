@@ -12,7 +12,9 @@ step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py 
 --workloads looped-b32 runs it); a trailing ``-math``, ``-flash`` or ``-fused``
 (e.g. b32-bf16-math) compiles with that ``attention`` option instead of the default
 (``"auto"``: fused attention kernels on cuda with bf16; latch/frontend/attention.py), for the
-bench's ``latch-math`` / ``latch-flash`` / ``latch-fused`` engines.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+bench's ``latch-math`` / ``latch-flash`` / ``latch-fused`` engines; a trailing ``-det``
+(e.g. b32-bf16-det) compiles with ``deterministic=True`` (no float atomics: products with a
+one-hot factor summed in a fixed order) for the bench's ``latch-det`` engine.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
 so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
@@ -56,6 +58,9 @@ def build(name: str) -> dict:
     rule = tinymoe_rule(recipe)
     make = make_tinymoe_196m
     attention = "auto"           # latch.compile's default (fused attention on cuda with bf16)
+    deterministic = variant[-1:] == ["det"]      # e.g. b32-bf16-det: deterministic=True
+    if deterministic:
+        variant = variant[:-1]
     if variant[-1:] in (["math"], ["flash"], ["fused"]):   # e.g. b32-bf16-math: attention="math"
         attention, variant = variant[-1], variant[:-1]
     if variant == ["looped"]:   # e.g. b32-bf16-looped: the looped TinyMoE (layers 2-5 twice)
@@ -66,14 +71,14 @@ def build(name: str) -> dict:
         rule = selective_rule(recipe, int(variant[0][len("every"):]))
     model, example = make(batch=batch)
     rec = {"precision": precision, "batch": batch, "recipe": recipe, "attention": attention,
-           "fingerprint": fingerprint(model)}
+           "deterministic": deterministic, "fingerprint": fingerprint(model)}
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications
     t0 = time.perf_counter()
     try:
         prog = latch.compile(model, rule, example, target="cuda", precision=precision,
-                             attention=attention)
+                             attention=attention, deterministic=deterministic)
     except Exception as e:  # noqa: BLE001 - record where the cuda path stops
         rec["failed"] = f"{type(e).__name__}: {str(e)[:2000]}"
         rec["traceback_tail"] = traceback.format_exc().splitlines()[-8:]

@@ -15,6 +15,11 @@ engine runs in its own process on the same model (same seed) and the same fixed 
   ``attention`` option instead of the default (``"auto"``, which is ``"fused"`` on cuda with
   bf16: passes/attention_kernels.py); their speed-ups over the controls and their time
   relative to ``latch`` are printed;
+* ``latch-det`` (not in the default ``--engines``): ``tinymoe196m-b<B>-bf16-det.latch``,
+  compiled with ``deterministic=True`` (no float atomics), with its time relative to
+  ``latch``; ``--repeat-check`` runs each Latch engine's loss curve twice from the fresh
+  state and records whether the two runs' losses and final states are bitwise equal
+  (``bitwise_repeatable``);
 * ``torch-eager``: zero_grad, autocast forward, backward, clip_grad_norm_, AdamW, schedule;
 * ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
   update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
@@ -92,35 +97,44 @@ def parse_workload(name: str) -> tuple[int, bool]:
     return int(body[1:]), looped
 
 
-ATTENTION_ENGINES = {"latch": "auto", "latch-math": "math", "latch-flash": "flash",
-                     "latch-fused": "fused"}
+# Latch engines: the suffix of their bench/tinymoe196m_build.py build ("-math": the
+# attention option "math", "-det": deterministic=True).
+LATCH_ENGINES = {"latch": "", "latch-math": "-math", "latch-flash": "-flash",
+                 "latch-fused": "-fused", "latch-det": "-det"}
 
 
-def build_name(batch: int, looped: bool, attention: str = "auto") -> str:
-    """The bench/tinymoe196m_build.py build (and artifact) of a workload (``attention``: the
-    build's attention option, "-flash" / "-fused" builds for the ``latch-flash`` /
-    ``latch-fused`` engines)."""
-    return f"b{batch}-bf16" + ("-looped" if looped else "") + \
-        ("" if attention == "auto" else f"-{attention}")
+def build_name(batch: int, looped: bool, suffix: str = "") -> str:
+    """The bench/tinymoe196m_build.py build (and artifact) of a workload (``suffix``: a
+    LATCH_ENGINES value, e.g. "-flash" for the ``latch-flash`` engine)."""
+    return f"b{batch}-bf16" + ("-looped" if looped else "") + suffix
 
 
-def run_latch(batch, idx, tgt, model, args, looped=False, attention="auto") -> dict:
+def run_latch(batch, idx, tgt, model, args, looped=False, suffix="") -> dict:
     import torch
 
     import latch
-    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped, attention)}.latch"))
+    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped, suffix)}.latch"))
     d = prog.describe()
     out = {"launches": d["kernels"], "kernel_modules": d["modules"],
            "arena_bytes": d["arena_bytes"]}
-    state = prog.init(model)
-    losses = []
+
+    def curve():
+        state = prog.init(model)
+        losses = [prog.step(state, idx, tgt) for _ in range(args.curve_steps)]
+        return state, [float(x) for x in losses]
+
     t0 = time.perf_counter()
-    for _ in range(args.curve_steps):
-        losses.append(prog.step(state, idx, tgt))
+    state, out["losses"] = curve()
     torch.cuda.synchronize()
     out["curve_wall_s"] = round(time.perf_counter() - t0, 2)
-    out["losses"] = [float(x) for x in losses]
     out["graph_captured"] = prog.graph_captured
+    if args.repeat_check:        # the same curve again from the fresh state: bitwise equal?
+        first = prog.state_dict()        # the active state: the last stepped
+        again, losses = curve()
+        second = prog.state_dict()
+        out["bitwise_repeatable"] = losses == out["losses"] and all(
+            torch.equal(first[n], second[n]) for n in first)
+        del first, second, again
     out.update(events_ms(lambda: prog.step(state, idx, tgt), args.iters))
     return out
 
@@ -196,14 +210,14 @@ def child(engine: str, workload: str, args) -> dict:
     batch, looped = parse_workload(workload)
     make = make_looped_tinymoe_196m if looped else make_tinymoe_196m
     model, (idx, tgt) = make(batch=batch)
-    attention = ATTENTION_ENGINES.get(engine, "auto")
+    suffix = LATCH_ENGINES.get(engine, "")
     build = json.load(open(os.path.join(ART, "build.json"))).get(
-        build_name(batch, looped, attention), {})
+        build_name(batch, looped, suffix), {})
     want, got = build.get("fingerprint", {}), fingerprint(model)
     same = all(abs(got[k][1] - want[k][1]) <= 1e-9 * abs(want[k][1]) for k in want)
     idx, tgt = idx.cuda(), tgt.cuda()
-    if engine in ATTENTION_ENGINES:
-        out = run_latch(batch, idx, tgt, model, args, looped, attention)
+    if engine in LATCH_ENGINES:
+        out = run_latch(batch, idx, tgt, model, args, looped, suffix)
         for k in ("total_s", "stages_s"):
             if k in build:
                 out["compile_" + k] = build[k]
@@ -277,6 +291,8 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--curve-steps", type=int, default=200)
     p.add_argument("--budget-s", type=float, default=540.0)
+    p.add_argument("--repeat-check", action="store_true",
+                   help="run each Latch engine's curve twice: are the runs bitwise equal?")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -328,7 +344,8 @@ def main() -> int:
             try:
                 r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
                                     f"{engine}:{wl}:{tmp}", "--iters", str(args.iters),
-                                    "--curve-steps", str(args.curve_steps)],
+                                    "--curve-steps", str(args.curve_steps)] +
+                                   (["--repeat-check"] if args.repeat_check else []),
                                    capture_output=True, text=True, timeout=left)
                 res = json.load(open(tmp)) if os.path.exists(tmp) else \
                     {"failed": f"exit {r.returncode}",
@@ -343,6 +360,8 @@ def main() -> int:
             else:
                 extra = (f" {res['launches']} launches, arena {res['arena_bytes']:,} B"
                          if engine.startswith("latch") else "")
+                if "bitwise_repeatable" in res:
+                    extra += f"; two runs bitwise equal: {res['bitwise_repeatable']}"
                 losses = res.get("losses") or []
                 curve = (f"; loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} "
                          "updates" if losses else "")
@@ -358,13 +377,13 @@ def main() -> int:
                   f"{work['optimizer_bytes'] / 1e9:.1f} GB of optimizer traffic: floor "
                   f"{r['floor_ms']:.2f} ms at the measured ceilings = "
                   f"{100 * r['fraction_of_ceilings']:.1f}% of this engine's time", flush=True)
-        for mine in (m for m in ATTENTION_ENGINES if m in ok):
+        for mine in (m for m in LATCH_ENGINES if m in ok):
             for e in ("torch-eager", "torch-compile-graph"):
                 if e in ok:
                     ratio = ok[e]["median_ms"] / ok[mine]["median_ms"]
                     ok[mine][f"speedup_vs_{e}"] = ratio
                     print(f"{tag} {mine} vs {e}: {ratio:.2f}x", flush=True)
-            if mine != "latch" and "latch" in ok:    # an attention option vs the math path
+            if mine != "latch" and "latch" in ok:    # another build vs the default one
                 r = ok[mine]["median_ms"] / ok["latch"]["median_ms"]
                 ok[mine]["time_vs_latch"] = r
                 print(f"{tag} {mine} / latch: {r:.3f}x the time", flush=True)

@@ -61,11 +61,12 @@ class CompileOptions:
     # as fused attention ops whose kernels never store the scores (cuda; "flash" on cpu);
     # "auto" (the default) is "fused" on cuda with bf16 and "math" otherwise.
     attention: str = "auto"
-    # Bitwise reproducible updates on the cuda target: products with a one-hot factor
-    # (index_add, embedding and MoE dispatch/combine gradients) stay tiled contractions
-    # summed in a fixed order instead of scatter kernels of float atomic adds, whose order
-    # varies from run to run (as PyTorch's index_add_ on CUDA).  Off by default: the
-    # scatters are the fast form.  The cpu target is deterministic either way.
+    # Bitwise reproducible updates on the cuda target: the scatter kernels of products
+    # with a one-hot factor (index_add, embedding and MoE dispatch/combine gradients) sum
+    # in 64-bit fixed point scaled to each element's largest term (integer atomics:
+    # associative) instead of float atomic adds, whose order varies from run to run (as
+    # PyTorch's index_add_ on CUDA).  Off by default: four launches per scatter instead of
+    # one (passes/fixed_point_scatter.py).  The cpu target is deterministic either way.
     deterministic: bool = False
 
     def __post_init__(self):

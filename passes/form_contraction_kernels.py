@@ -51,7 +51,9 @@ factors are both staged by 16-byte copies takes the ``wgmma`` kernel instead
 Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16),
 ``chip`` (default sm_90; sm_90a: wgmma kernels),
 ``scatter`` (bool, default true: one-hot products as scatter kernels; false keeps them
-deterministic contractions).
+contractions, quadratic in the sources), ``deterministic`` (bool, default false: the
+scatter kernels sum in fixed point, the same bits in any order of their atomic adds —
+``passes/fixed_point_scatter.py``).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-form-contraction-kernels, latch-form-kernels)'``
@@ -66,6 +68,7 @@ from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
 from latch.passes.buffer_views import (VIEW_OPS, arena_span, last_writer, root,
                                        slots_overlap, users)
 from latch.passes.generic_body import clone_body_ops, index_constant
+from latch.passes import fixed_point_scatter as fixed_point
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
 
@@ -1195,6 +1198,7 @@ class FormContractionKernels(ModulePass):
 
     mma: bool = True
     scatter: bool = True
+    deterministic: bool = False
     chip: str = "sm_90"
 
     def apply(self, module) -> None:
@@ -1213,10 +1217,16 @@ class FormContractionKernels(ModulePass):
         module.attributes["gpu.container_module"] = ir.UnitAttr.get()
         taken = symbol_names(module)
         planned = []
+        exact = _fixed_point_workspaces(found) if self.scatter and self.deterministic else {}
         for con in found:
             scatter = match_one_hot_scatter(con) if self.scatter else None
+            if scatter is not None and self.deterministic and not fixed_point.applies(scatter):
+                scatter = None               # no order-free form: keep the contraction
             if scatter is not None:          # a one-hot product: K x N atomic adds instead
-                emit_scatter(scatter)
+                if self.deterministic:       # in integers: the sum is the same in any order
+                    fixed_point.emit_fixed_point_scatter(scatter, exact[_block_key(con.op)])
+                else:
+                    emit_scatter(scatter)
                 con.op.erase()
                 erase_dead_mask_writer(scatter)
                 continue
@@ -1281,6 +1291,34 @@ def _block_key(op) -> int:
     return hash(op.operation.block) if hasattr(op, "operation") else hash(op.block)
 
 
+def _fixed_point_workspaces(found) -> dict:
+    """{function block key: an i8 allocation at the top of its body} large enough for the
+    workspace of each of its one-hot scatters summed in fixed point (passes/
+    fixed_point_scatter.py); they run in stream order and each consumes the workspace
+    within its own launches, so the largest need is enough."""
+    need: dict = {}
+    blocks: dict = {}
+    for con in found:
+        sc = match_one_hot_scatter(con)
+        if sc is not None and fixed_point.applies(sc):
+            key = _block_key(con.op)
+            need[key] = max(need.get(key, 0), fixed_point.workspace_bytes(sc))
+            blocks[key] = con.op.operation.block
+    return {key: _top_allocation(blocks[key], size) for key, size in need.items()}
+
+
+def _top_allocation(block, size: int):
+    """A ``memref<size x i8>`` allocation at the top of ``block`` (an unshared slot after
+    the planned arena)."""
+    from mlir import ir
+
+    first = _op(list(block.operations)[0])
+    with ir.InsertionPoint(first), first.location:
+        return ir.Operation.create(
+            "memref.alloc", [ir.Type.parse(f"memref<{size}xi8>")], operands=[],
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+
+
 def _split_k_workspaces(planned) -> dict:
     """One workspace per function for all its split-K partial sums: launches run in stream
     order and each partial-sum kernel consumes the workspace right after its contraction,
@@ -1298,15 +1336,7 @@ def _split_k_workspaces(planned) -> dict:
                 size *= d
             need[key] = max(need.get(key, 0), size)
             blocks[key] = con.op.operation.block
-    out = {}
-    for key, size in need.items():
-        block = blocks[key]
-        first = _op(list(block.operations)[0])
-        with ir.InsertionPoint(first), first.location:
-            out[key] = ir.Operation.create(
-                "memref.alloc", [ir.Type.parse(f"memref<{size}xi8>")], operands=[],
-                attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
-    return out
+    return {key: _top_allocation(blocks[key], size) for key, size in need.items()}
 
 
 # k-tile depth of each kernel (split-K slices whole k-tiles)

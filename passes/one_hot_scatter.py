@@ -245,6 +245,26 @@ def emit_scatter(sc: Scatter) -> None:
     per four consecutive columns where :func:`lanes` allows, whose four adds
     latch-vector-atomics makes one vector reduction."""
     from mlir import ir
+
+    f32 = ir.F32Type.get()
+    i64 = ir.IntegerType.get_signless(64)
+    con = sc.con
+
+    def add(columns):
+        for value, where in columns:            # consecutive: one vector reduction on sm_90
+            ir.Operation.create("memref.atomic_rmw", [f32], [value, con.c] + where,
+                                attributes={"kind": ir.IntegerAttr.get(i64, 0)})   # addf
+
+    source_launch(sc, lanes(sc), add)
+
+
+def source_launch(sc: Scatter, width: int, per_source) -> None:
+    """A gpu.launch before the contraction with one thread per (batch, k, ``width``
+    consecutive value columns); where the source's target t(k) is in range, it calls
+    ``per_source(columns)`` at the thread's insertion point, ``columns`` being (V at the
+    column, the output's indices at row t(k) and that column) for each of its columns, all
+    computed before the call (so that the caller's ops for the columns come in a row)."""
+    from mlir import ir
     from mlir.dialects import scf
 
     con = sc.con
@@ -252,11 +272,9 @@ def emit_scatter(sc: Scatter) -> None:
     index = ir.IndexType.get()
     i1 = ir.IntegerType.get_signless(1)
     i64 = ir.IntegerType.get_signless(64)
-    f32 = ir.F32Type.get()
     value_group = "n" if con.indicator == 0 else "m"
     # flattened: the value dims vary fastest (the output's rows are contiguous there)
     order = con.groups[value_group][::-1] + con.groups["k"][::-1] + con.groups["batch"][::-1]
-    width = lanes(sc)
     sizes = list(con.sizes)
     sizes[order[0]] //= width               # a thread's columns: order[0] counts groups
     total = math.prod(sizes[d] for d in order)
@@ -291,17 +309,15 @@ def emit_scatter(sc: Scatter) -> None:
             row = ir.Operation.create("arith.index_cast", [index], [t64]).result
             delinearize(row, sc.row_dims[::-1], con.sizes, dims)   # the last varies fastest
             zero_index = index_constant(0)
-            adds = []                  # (value, indices) per column, all computed first
+            columns = []
             for j in range(width):
                 at = list(dims)
                 if j:
                     at[order[0]] = ir.Operation.create(
                         "arith.addi", [index], [dims[order[0]], index_constant(j)]).result
                 where = [at[d] if kind == "d" else zero_index for kind, d in con.maps[-1]]
-                adds.append((_value(sc, at), where))
-            for value, where in adds:           # consecutive: one vector reduction on sm_90
-                ir.Operation.create("memref.atomic_rmw", [f32], [value, con.c] + where,
-                                    attributes={"kind": ir.IntegerAttr.get(i64, 0)})   # addf
+                columns.append((_value(sc, at), where))
+            per_source(columns)
             scf.YieldOp([])
         scf.YieldOp([])
 

@@ -29,7 +29,8 @@ class NamedPipeline:
 
 # PTX 8.1: the vector atomic adds of latch-vector-atomics (latch.targets.cuda.DEFAULT_FEATURES)
 _GPU_DEFAULTS = (("chip", "sm_90a"), ("features", "+ptx81"), ("block", "32,8"))
-_FORM_DEFAULTS = _GPU_DEFAULTS + (("mma", "true"), ("scatter", "true"))
+_FORM_DEFAULTS = _GPU_DEFAULTS + (("mma", "true"), ("scatter", "true"),
+                                  ("deterministic", "false"))
 
 PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     NamedPipeline(
@@ -68,7 +69,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "linalg op become outlined gpu.func kernels, and the host keeps only the launch "
         "schedule",
         ("latch-form-attention-kernels", "latch-wrap-host-compute", "latch-forward-zero-fills",
-         "latch-form-contraction-kernels{{mma={mma} chip={chip} scatter={scatter}}}",
+         "latch-form-contraction-kernels{{mma={mma} chip={chip} scatter={scatter} "
+         "deterministic={deterministic}}}",
          "latch-nonfinite-checks{{phase=mark}}",
          "func.func(convert-linalg-to-parallel-loops)", "latch-register-accumulators",
          "latch-map-parallel-loops{{block={block}}}",

@@ -503,7 +503,7 @@ def parse_args(argv=None):
                     help="--engine latch: compile, save the program there and stop")
     ap.add_argument("--deterministic", action="store_true",
                     help="--engine latch: latch.compile(deterministic=True): no float atomics "
-                         "(bitwise reproducible runs; one-hot products as contractions)")
+                         "(bitwise reproducible runs; scatters summed in fixed point)")
     ap.add_argument("--attention", choices=("auto", "math", "flash", "fused"), default="auto",
                     help="--engine latch, bf16: latch.compile's attention option (auto: fused "
                          "on cuda, math on cpu; math: scores rounded to bf16 as CPU autocast; "

@@ -202,7 +202,7 @@ def _ptx_of_binaries(module) -> dict[str, str]:
 def form_kernels(block: str, chip: str, deterministic: bool = False) -> str:
     """The ``latch-form-kernels`` stage as the cuda target runs it."""
     return f"latch-form-kernels{{block={block} chip={chip}" + \
-        (" scatter=false}" if deterministic else "}")
+        (" deterministic=true}" if deterministic else "}")
 
 
 def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAULT_CHIP,
@@ -211,8 +211,8 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAU
                           deterministic: bool = False) -> tuple[dict, dict[str, str], str]:
     """Run the cuda stages on ``module`` (an ``mlir.ir.Module``, changed in place).
     Returns (schedule, {gpu.module name: PTX}, kernels-stage IR text).  ``times`` (optional)
-    receives the seconds of each stage; ``deterministic``: no scatter kernels of float
-    atomics (``CompileOptions.deterministic``)."""
+    receives the seconds of each stage; ``deterministic``: scatter kernels that sum in
+    fixed point, no float atomics (``CompileOptions.deterministic``)."""
     from latch.passes.extract_launches import extract_launch_schedule
 
     times = {} if times is None else times

@@ -658,8 +658,14 @@ _DIMS = {"x": 0, "y": 1, "z": 2}
 
 
 # arith::AtomicRMWKind's numbering (the generic form prints the kind as an integer)
-_ATOMIC_KINDS = {0: "addf", 1: "addi", 3: "maximumf", 4: "maxs", 5: "maxu", 6: "minimumf",
-                 7: "mins", 8: "minu", 13: "maxnumf", 14: "minnumf"}
+def _atomic_kinds() -> dict:
+    """{the integer of a memref.atomic_rmw's kind in the generic form: its name}, from the
+    bindings' enum (its numbering is the MLIR build's, not the order in the docs)."""
+    from mlir.dialects.arith import AtomicRMWKind
+    return {int(k): k.name for k in AtomicRMWKind}
+
+
+_ATOMIC_KINDS = _atomic_kinds()
 
 
 class Simt:

@@ -1,8 +1,9 @@
 """The kernels of ``deterministic=True`` on a whole update, executed on the CPU: an
 embedding model, whose gradient is a product with a one-hot factor (the tokens), is
 compiled for cuda; the module ``latch-form-kernels`` receives is formed into kernels as the
-target forms them with ``scatter=false`` (what ``deterministic=True`` runs: the one-hot
-product a tiled contraction) and with the default (a scatter kernel of atomic adds), every
+target forms them with ``deterministic=true`` (what ``deterministic=True`` runs: the
+scatter kernel sums in fixed point with integer atomics, passes/fixed_point_scatter.py) and
+with the default (a scatter kernel of float atomic adds), every
 launch runs in the SIMT interpreter (tests/py/simt.py), and with ``optim.SGD(1.0)`` each
 parameter's change is its gradient, compared with float64 PyTorch.  That the option
 reaches the pass is tested in test_cuda_target.py (no float atomics in the PTX)."""
@@ -14,8 +15,8 @@ import torch.nn.functional as F
 
 from test_attention_fused_program import FORM, _update
 
-# latch-form-kernels as deterministic=True runs it: the one-hot products kept contractions
-DETERMINISTIC_FORM = FORM.replace("{chip=sm_90a}", "{chip=sm_90a scatter=false}")
+# latch-form-kernels as deterministic=True runs it: scatters summed in fixed point
+DETERMINISTIC_FORM = FORM.replace("{chip=sm_90a}", "{chip=sm_90a deterministic=true}")
 
 
 class Embedded(nn.Module):
@@ -28,7 +29,7 @@ class Embedded(nn.Module):
         return F.mse_loss(self.fc(self.emb(idx)), y)
 
 
-def test_deterministic_embedding_gradient_is_a_contraction(tmp_path, monkeypatch):
+def test_deterministic_embedding_gradient_sums_in_fixed_point(tmp_path, monkeypatch):
     torch.manual_seed(0)
     model = Embedded()
     idx = torch.randint(0, 64, (2, 32))
@@ -51,4 +52,5 @@ def test_deterministic_embedding_gradient_is_a_contraction(tmp_path, monkeypatch
     # the two forms sum the same f32 terms (at most a few per row here): equal new weights
     for a, b in zip(news[True], news[False]):
         assert float((a - b).abs().max()) <= 1e-6 * float(a.abs().max())
-    assert "atomic_rmw" not in texts[True] and "atomic_rmw" in texts[False]
+    assert "atomic_rmw addf" not in texts[True] and "atomic_rmw addf" in texts[False]
+    assert "atomic_rmw addi" in texts[True]

@@ -74,3 +74,61 @@ def test_scatter_kernel_adds_like_index_add(cols, per_thread):
     keep = (tok >= 0) & (tok < rows)
     ref = out.double().index_add(0, tok[keep], v.double()[keep])
     assert float((got - ref).norm() / ref.norm()) < 1e-6
+
+
+def _run_scatter(m, ctx, tok, v, out):
+    with ctx:
+        sim = Simt(m)
+        sim.run([tok.numpy(), v.numpy(), out.numpy()])
+    return torch.from_numpy(np.asarray(sim.arguments[2], np.float32).copy())
+
+
+@pytest.mark.parametrize("cols", [48, 50], ids=["v4-columns", "one-column"])
+def test_fixed_point_scatter_is_exact_and_order_free(cols):
+    """deterministic=true (passes/fixed_point_scatter.py): four launches (zero, bound,
+    integer adds, finish) and no float atomics; the sums match float64 to float32's
+    rounding even across a 2^40 range of magnitudes with cancellation, and reordering the
+    sources (what a different order of the atomic adds amounts to) gives the same bits."""
+    sources, rows = 64, 5
+    m, ctx = run_pass(scatter_text(sources, rows, cols), "{deterministic=true}")
+    text = str(m)
+    assert "atomic_rmw addf" not in text
+    assert "atomic_rmw maxs" in text and "atomic_rmw addi" in text
+    assert text.split("gpu.module")[0].count("gpu.launch ") == 4
+    g = torch.Generator().manual_seed(1)
+    tok = torch.randint(-1, rows + 1, (sources,), generator=g)       # some out of range
+    tok[:20] = 2                                                      # many to one row
+    scale = 2.0 ** torch.randint(-20, 20, (sources, 1), generator=g).double()
+    v = (torch.randn(sources, cols, generator=g, dtype=torch.float64) * scale).float()
+    v[1], v[2] = v[0], -v[0]                                          # cancellation
+    out = torch.randn(rows, cols, generator=g, dtype=torch.float64).float()
+    got = _run_scatter(m, ctx, tok, v, out)
+    keep = (tok >= 0) & (tok < rows)
+    exact = torch.zeros(rows, cols, dtype=torch.float64).index_add(
+        0, tok[keep], v.double()[keep])
+    want = (out.double() + exact.float().double()).float()   # one rounding of the sum, one of the add
+    bound = exact.abs().max(dim=0).values.clamp(min=1) * 2.0 ** -22
+    assert ((got.double() - want.double()).abs() <= bound).all()
+    for seed in (2, 3):                                       # the sources in other orders
+        perm = torch.randperm(sources, generator=torch.Generator().manual_seed(seed))
+        again = _run_scatter(m, ctx, tok[perm], v[perm], out)
+        assert torch.equal(again.view(torch.int32), got.view(torch.int32))
+
+
+def test_fixed_point_scatter_non_finite_terms():
+    """A NaN or infinity added to an element makes it NaN; one from a source whose target is
+    out of range adds nothing (as the float scatter)."""
+    sources, rows, cols = 12, 3, 8
+    m, ctx = run_pass(scatter_text(sources, rows, cols), "{deterministic=true}")
+    assert "atomic_rmw addi" in str(m)
+    tok = torch.tensor([0, 1, 1, 2, 9, -1, 0, 2, 5, 5, 5, 5])
+    v = torch.ones(sources, cols)
+    v[1, 0] = float("inf")
+    v[4, :] = float("nan")                       # target 9: out of range
+    v[5, 1] = float("inf")                       # target -1: out of range
+    out = torch.zeros(rows, cols)
+    got = _run_scatter(m, ctx, tok, v, out)
+    assert torch.isnan(got[1, 0])
+    finite = torch.ones(rows, cols, dtype=torch.bool)
+    finite[1, 0] = False
+    assert torch.equal(got[finite], torch.full((rows, cols), 2.0)[finite])

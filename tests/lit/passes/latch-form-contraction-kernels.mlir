@@ -2,6 +2,8 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{mma=false})' | FileCheck %s --check-prefix=SIMT
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=PTX
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{scatter=false})' | FileCheck %s --check-prefix=NOSCATTER
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{deterministic=true})' | FileCheck %s --check-prefix=FIXED
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{deterministic=true}, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=FIXEDPTX
 // Contractions on memrefs become launches of tiled kernels: bf16 operands (here an f32
 // weight rounded to bf16 inside the body, as precision="bf16" fuses it) -> tensor cores
 // (nvvm.mma.sync m16n8k16), f32 operands -> the SIMT kernel; anything else stays.  The
@@ -227,6 +229,29 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // NOSCATTER-LABEL: func.func @combine(
 // NOSCATTER-NOT: memref.atomic_rmw
 // NOSCATTER: gpu.launch_func @latch_contract_0::@contract
+// With deterministic=true the scatter sums in fixed point (passes/fixed_point_scatter.py):
+// a 70*48*12-byte workspace; zero it, an atomic max of |v|'s bits per element, integer
+// adds of v scaled to that bound, then one thread per element adds the sum to %o.
+// FIXED-LABEL: func.func @combine(
+// FIXED: memref.alloc() : memref<40320xi8>
+// FIXED-NOT: atomic_rmw addf
+// FIXED: memref.view {{.*}} to memref<70x48xi32>
+// FIXED: memref.view {{.*}} to memref<70x48xi64>
+// FIXED: gpu.launch
+// FIXED: memref.store
+// FIXED: gpu.launch
+// FIXED: memref.atomic_rmw maxs
+// FIXED: gpu.launch
+// FIXED: memref.atomic_rmw addi
+// FIXED: gpu.launch
+// FIXED: arith.sitofp {{.*}} : i64 to f64
+// FIXED: memref.store {{.*}}, %arg2[
+// FIXED-NOT: latch_contract
+// FIXED: return
+// FIXEDPTX-NOT: atom.global.add.f32
+// FIXEDPTX-NOT: red.global.add{{.*}}.f32
+// FIXEDPTX: {{(atom|red)}}.global.max.s32
+// FIXEDPTX: {{(atom|red)}}.global.add.u64
 func.func @combine(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o: memref<70x48xf32>) {
   %h = memref.alloc() : memref<7000xf32>
   %h2 = memref.expand_shape %h [[0, 1]] output_shape [70, 100] : memref<7000xf32> into memref<70x100xf32>
