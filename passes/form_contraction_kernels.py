@@ -108,6 +108,8 @@ class Contraction:
     zeroed_by: list | None = None  # the ops that zeroed the whole output just before, if any
     narrowed_by: object | None = None  # the generic that rounded the output to bf16, when
                                        # the kernel writes that copy instead (c is then it)
+    reader_rounds: object | None = None  # the f32 output replaced by c when narrowed_by is
+                                         # a reader that rounds it (it stays, reading c)
 
     def size(self, group: str) -> int:
         n = 1
@@ -390,6 +392,80 @@ def _narrowing_reader(con: Contraction, check_slots: bool = True):
                                 for v in list(con.inputs) + list(con.captured)):
         return None
     return g
+
+
+#: A just-zeroed f32 product whose only reader uses it rounded to bf16 is written rounded by
+#: the kernel (:func:`_rounding_reader`): half the bytes written and read.
+ROUND_FOR_READERS = True
+
+
+def _rounding_reader(con: Contraction):
+    """(generic, operand number) when the only reader of the (just zeroed) f32 output of
+    ``con`` after the product is a ``linalg.generic`` that uses it solely through
+    ``arith.truncf`` to bf16 (e.g. a SwiGLU gate ``silu(bf16(gate))``): the kernel can then
+    write the output rounded, the reader take bf16 values without its truncf, with the
+    same bits.  The output must be an allocation read by that generic directly, as one
+    input, and placed by ``latch-plan-memory`` (``latch.offset``); the generic all-parallel,
+    in the same block.  None otherwise."""
+    from mlir import ir
+
+    c = con.c
+    if hasattr(c.owner, "arguments") or root(c) != c:
+        return None
+    alloc = _op(c.owner)
+    if alloc.name != "memref.alloc" or "latch.offset" not in alloc.attributes or \
+            not ir.MemRefType(c.type).has_static_shape or \
+            not isinstance(ir.MemRefType(c.type).element_type, ir.F32Type):
+        return None
+    op = con.op
+    ops = [_op(o) for o in op.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == op)
+    later = [u for u in users(c) if _position(u, ops) > at]
+    if len(later) != 1 or later[0].name != "linalg.generic" or later[0].results:
+        return None
+    g = later[0]
+    if g not in ops or any("parallel" not in str(a)
+                           for a in ir.ArrayAttr(g.attributes["iterator_types"])):
+        return None                  # not elementwise in this block (a contraction's body
+                                     # may already be analyzed: leave it as it is)
+    seg = list(ir.DenseI32ArrayAttr(g.attributes["operandSegmentSizes"]))
+    ins = list(g.operands)[:seg[0]]
+    if sum(v == c for v in g.operands) != 1 or c not in ins:
+        return None
+    i = ins.index(c)
+    arg = g.regions[0].blocks[0].arguments[i]
+    bf16 = ir.BF16Type.get()
+    for use in arg.uses:
+        t = _op(use.owner)
+        if t.name != "arith.truncf" or t.results[0].type != bf16 or \
+                len(t.attributes) and "roundingmode" in t.attributes:
+            return None
+    if not list(arg.uses):
+        return None
+    return g, i
+
+
+def _round_in_place(con: Contraction, g, i: int):
+    """Give ``con`` a bf16 output at the planned place of its f32 one (half its bytes; the
+    f32 buffer dies with ``g``, its only later reader) and make input ``i`` of ``g`` read
+    it, the truncf ops of that input dropped.  Returns the bf16 buffer."""
+    from mlir import ir
+
+    c = con.c
+    alloc = _op(c.owner)
+    bf16 = ir.BF16Type.get()
+    with ir.InsertionPoint(alloc), alloc.location:
+        rounded = ir.Operation.create(
+            "memref.alloc", [ir.MemRefType.get(ir.MemRefType(c.type).shape, bf16)],
+            operands=[], attributes={n: alloc.attributes[n] for n in alloc.attributes}).result
+    g.operands[i] = rounded
+    arg = g.regions[0].blocks[0].arguments[i]
+    arg.set_type(bf16)
+    for use in list(arg.uses):
+        t = _op(use.owner)
+        t.results[0].replace_all_uses_with(arg)
+        t.erase()
+    return rounded
 
 
 def _position(op, ops) -> int:
@@ -1246,9 +1322,16 @@ class FormContractionKernels(ModulePass):
                 text, grid, block, shared = make(con, name, splits)
             elif con.zeroed_by is not None:
                 narrowing = _narrowing_reader(con)
+                rounding = _rounding_reader(con) if narrowing is None and \
+                    ROUND_FOR_READERS else None
                 if narrowing is not None:   # write the bf16 copy its only reader makes
                     _hoist_between(con.op, narrowing)    # its allocation comes first
                     con.narrowed_by, con.c = narrowing, narrowing.operands[1]
+                    text, grid, block, shared = make(con, name)
+                elif rounding is not None:  # write rounded what its only reader rounds
+                    f32_out = con.c
+                    con.narrowed_by, con.c = rounding[0], _round_in_place(con, *rounding)
+                    con.reader_rounds = f32_out
                     text, grid, block, shared = make(con, name)
             planned.append((con, name, text, grid, block, shared, splits))
         workspaces = _split_k_workspaces(planned)
@@ -1282,7 +1365,10 @@ class FormContractionKernels(ModulePass):
             if con.zeroed_by is not None and splits == 1:
                 for zeroing in con.zeroed_by:     # the kernel writes every element
                     zeroing.erase()
-            if con.narrowed_by is not None:
+            if con.reader_rounds is not None:    # the f32 buffer nothing uses any more
+                if not list(con.reader_rounds.uses):
+                    _op(con.reader_rounds.owner).erase()
+            elif con.narrowed_by is not None:
                 con.narrowed_by.erase()
 
 

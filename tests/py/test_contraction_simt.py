@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from simt import Race, Simt
 
@@ -915,6 +916,96 @@ def check_rounded(options: str, k: int = 80) -> str:
     err = float((got - ref).norm() / ref.norm())
     assert err < 2e-3, err
     return str(m)
+
+
+# a SwiGLU gate: the product read only by an elementwise generic that rounds it to bf16
+# first (silu(bf16(gate)) * up), the product's buffer placed by the memory plan
+GATED = """
+#ga = affine_map<(i, j, k) -> (i, k)>
+#gb = affine_map<(i, j, k) -> (k, j)>
+#gc = affine_map<(i, j, k) -> (i, j)>
+#gid = affine_map<(i, j) -> (i, j)>
+func.func @main(%x: memref<200x64xbf16>, %w: memref<64x136xbf16>,
+                %up: memref<200x136xbf16>) -> memref<200x136xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %acc = memref.alloc() {latch.offset = 0 : i64} : memref<200x136xf32>
+  linalg.generic {indexing_maps = [#gid], iterator_types = ["parallel", "parallel"]}
+      outs(%acc : memref<200x136xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#ga, #gb, #gc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<200x64xbf16>, memref<64x136xbf16>) outs(%acc : memref<200x136xf32>) {
+  ^bb0(%p: bf16, %q: bf16, %o: f32):
+    %pe = arith.extf %p : bf16 to f32
+    %qe = arith.extf %q : bf16 to f32
+    %m = arith.mulf %pe, %qe : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  %out = memref.alloc() {latch.offset = 108800 : i64} : memref<200x136xbf16>
+  linalg.generic {indexing_maps = [#gid, #gid, #gid], iterator_types = ["parallel", "parallel"]}
+      ins(%acc, %up : memref<200x136xf32>, memref<200x136xbf16>) outs(%out : memref<200x136xbf16>) {
+  ^bb0(%v: f32, %u: bf16, %o: bf16):
+    %t = arith.truncf %v : f32 to bf16
+    %te = arith.extf %t : bf16 to f32
+    %n = arith.negf %te : f32
+    %e = math.exp %n : f32
+    %d = arith.addf %e, %one : f32
+    %sg = arith.divf %te, %d : f32
+    %sb = arith.truncf %sg : f32 to bf16
+    %y = arith.mulf %sb, %u : bf16
+    linalg.yield %y : bf16
+  }
+  return %out : memref<200x136xbf16>
+}
+"""
+
+FORM_GATED = ("builtin.module(latch-wrap-host-compute, latch-forward-zero-fills, "
+              "latch-form-contraction-kernels{OPTIONS}, "
+              "func.func(convert-linalg-to-parallel-loops), latch-map-parallel-loops{block=32,8}, "
+              "lower-affine, canonicalize, cse)")
+
+
+@pytest.mark.parametrize("options", ["{chip=sm_90a}", "", "{mma=false}"],
+                         ids=["wgmma", "mma.sync", "simt"])
+def test_product_written_rounded_for_its_rounding_reader(monkeypatch, options):
+    """ROUND_FOR_READERS: the gate's f32 product, read only by a generic that rounds it to
+    bf16 first, is written rounded by the kernel into a bf16 buffer at the f32 one's
+    planned offset, and the reader takes bf16 without its truncf: no f32 buffer is left,
+    and the result has the same bits as without the rewrite."""
+    import torch
+
+    from mlir import ir
+
+    import latch.dialect
+    from latch.passes import form_contraction_kernels as fck
+    from latch.pipeline import run_pipeline
+    from simt import Simt
+
+    g = torch.Generator().manual_seed(7)
+    x = _bf16(torch.randn(200, 64, generator=g, dtype=torch.float64))
+    w = _bf16(torch.randn(64, 136, generator=g, dtype=torch.float64))
+    up = _bf16(torch.randn(200, 136, generator=g, dtype=torch.float64))
+    got = {}
+    for on in (True, False):
+        monkeypatch.setattr(fck, "ROUND_FOR_READERS", on)
+        ctx = ir.Context()
+        latch.dialect.load(ctx)
+        with ctx, ir.Location.unknown():
+            m = ir.Module.parse(GATED)
+            run_pipeline(m, FORM_GATED.replace("{OPTIONS}", options))
+            host = str(m).split("gpu.module")[0]
+            assert ("memref<200x136xf32>" in host) != on
+            if on:
+                assert "memref.alloc() {latch.offset = 0 : i64} : memref<200x136xbf16>" in host
+            (out,) = Simt(m).run([x.numpy(), w.numpy(), up.numpy()])
+        got[on] = torch.from_numpy(np.asarray(out, np.float64))
+    assert torch.equal(got[True], got[False])
+    ref = (F.silu((x @ w).float().bfloat16().float()).bfloat16() * up.bfloat16()).double()
+    err = float((got[True] - ref).norm() / ref.norm())
+    assert err < 1e-2, err
 
 
 @pytest.mark.parametrize("options", ["", "{mma=false}"])
