@@ -82,6 +82,11 @@ _UNROLL = 4             # copies of the body per trip of a thread's strided loop
 _SECTOR_BITS = 256      # 32 bytes: a column tile is this wide in the input
 _COLUMN_THREADS = 1024  # at most this many threads per column-tile block
 _COLUMN_PER_THREAD = 8  # aim for at least this many elements per thread
+#: column tiles: split the reduction over more blocks while there are fewer than this many
+#: (two 1024-thread blocks on each of the H200's 132 SMs) ...
+_COLUMN_SPLIT_BLOCKS = 264
+#: ... and each thread keeps at least this many elements of its slice
+_COLUMN_SPLIT_MIN = 32
 
 
 @dataclasses.dataclass
@@ -487,6 +492,22 @@ def column_tile(info) -> tuple[int, int]:
     return w, r
 
 
+def column_splits(info, blocks: int, r: int) -> int:
+    """Slices the reduction of a column-tile kernel is cut into (1, or a power of two
+    dividing it): more blocks while ``blocks`` of them leave SMs idle (the norm weights'
+    gradients at B32: 48 blocks of 1024 threads summing 32,768 tokens on 132 SMs), as long
+    as every thread keeps ``_COLUMN_SPLIT_MIN`` elements.  Each slice's block writes its
+    partial sums into a workspace; a second launch combines the slices in order."""
+    if info.logical:
+        return 1
+    n_red = math.prod(info.ranges[d] for d in info.red)
+    splits = 1
+    while blocks * splits < _COLUMN_SPLIT_BLOCKS and n_red % (2 * splits * r) == 0 and \
+            n_red // (2 * splits * r) >= _COLUMN_SPLIT_MIN:
+        splits *= 2
+    return splits
+
+
 def _column_order(info) -> list:
     """The parallel loops, the one walking the input's last dimension first, then those of
     its earlier dimensions (innermost first), then the rest."""
@@ -512,12 +533,20 @@ def _emit_columns(op, info) -> None:
     n_red = math.prod(ranges[d] for d in info.red)
     w, r = column_tile(info)
     blocks = -(-n_out // w)
+    splits = column_splits(info, blocks, r)
     slot_t = ir.IntegerType.get_signless(32) if info.logical else ir.F32Type.get()
     shared = ir.MemRefType.get([w * r], slot_t, memory_space=ir.Attribute.parse(
         "#gpu.address_space<workgroup>"))
+    partials = None
+    if splits > 1:       # [slice, output] partial sums: an unshared slot after the arena
+        first = _op(list(op.operation.block.operations)[0])
+        with ir.InsertionPoint(first), first.location:
+            partials = ir.Operation.create(
+                "memref.alloc", [ir.MemRefType.get([splits, n_out], slot_t)], operands=[],
+                attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
     with ir.InsertionPoint(op), op.location:
         c1 = index_constant(1)
-        launch = gpu.LaunchOp((index_constant(blocks), c1, c1),
+        launch = gpu.LaunchOp((index_constant(blocks), index_constant(splits), c1),
                               (index_constant(w), index_constant(r), c1))
         lb = launch.regions[0].blocks[0]
         buf = lb.add_argument(shared, op.location)
@@ -536,8 +565,16 @@ def _emit_columns(op, info) -> None:
             "arith.minui", [index], [o, index_constant(n_out - 1)]).result
         dims = [None] * len(ranges)
         _split(oc, _column_order(info), ranges, dims)
-        partial = _strided_partial(ty, n_red, r, _identity(info),
-                                   _element_fn(op, info, dims))
+        element = _element_fn(op, info, dims)
+        if splits > 1:                    # this block's slice of the reduction
+            chunk = n_red // splits
+            base = ir.Operation.create("arith.muli", [index],
+                                       [lb.arguments[1], index_constant(chunk)]).result
+
+            def element(k, partial, whole=element):
+                return whole(ir.Operation.create("arith.addi", [index], [base, k]).result,
+                             partial)
+        partial = _strided_partial(ty, n_red // splits, r, _identity(info), element)
         row = ir.Operation.create("arith.muli", [index], [ty, index_constant(w)]).result
         slot = ir.Operation.create("arith.addi", [index], [row, tx]).result
         ir.Operation.create("memref.store", [], [_widen(partial, info), buf, slot])
@@ -561,6 +598,44 @@ def _emit_columns(op, info) -> None:
         store = scf.IfOp(first)
         with ir.InsertionPoint(store.then_block):
             total = ir.Operation.create("memref.load", [slot_t], [buf, tx]).result
-            _store_total(out, indices(info.maps[-1], dims), _narrow(total, info), info)
+            if partials is not None:
+                ir.Operation.create("memref.store", [], [total, partials, lb.arguments[1], o])
+            else:
+                _store_total(out, indices(info.maps[-1], dims), _narrow(total, info), info)
+            scf.YieldOp([])
+        ir.Operation.create("gpu.terminator", [])
+    if partials is not None:
+        _combine_slices(op, info, partials, splits, n_out)
+
+
+def _combine_slices(op, info, partials, splits: int, n_out: int) -> None:
+    """A launch of one thread per output combining its ``splits`` partial sums in slice
+    order (a fixed order: deterministic) with the output's initial value."""
+    from mlir import ir
+    from mlir.dialects import gpu, scf
+
+    index = ir.IndexType.get()
+    out = list(op.operands)[-1]
+    slot_t = ir.MemRefType(partials.type).element_type
+    blocks = -(-n_out // _BLOCK)
+    with ir.InsertionPoint(op), op.location:
+        c1 = index_constant(1)
+        launch = gpu.LaunchOp((index_constant(blocks), c1, c1),
+                              (index_constant(_BLOCK), c1, c1))
+        lb = launch.regions[0].blocks[0]
+    with ir.InsertionPoint(lb), op.location:
+        o = ir.Operation.create("arith.muli", [index],
+                                [lb.arguments[0], index_constant(_BLOCK)]).result
+        o = ir.Operation.create("arith.addi", [index], [o, lb.arguments[3]]).result
+        guard = scf.IfOp(compare("ult", o, index_constant(n_out)))
+        with ir.InsertionPoint(guard.then_block):
+            dims = [None] * len(info.ranges)
+            _split(o, _column_order(info), info.ranges, dims)
+            total = None
+            for k in range(splits):
+                part = ir.Operation.create("memref.load", [slot_t],
+                                           [partials, index_constant(k), o]).result
+                total = part if total is None else _combine(info, total, part)
+            _store_total(out, indices(info.maps[-1], dims), total, info)
             scf.YieldOp([])
         ir.Operation.create("gpu.terminator", [])
