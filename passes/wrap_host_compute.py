@@ -24,6 +24,9 @@ the return:
   in a register, ``gpu.all_reduce add`` combines the partial sums (shuffles + shared memory
   after NVVM lowering) and thread 0 adds the total to the output.  Other reductions without
   a parallel dimension take the serial path below.
+* A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
+  gradient over the vocabulary) becomes one thread per output computing the term at
+  ``k = t(o)`` (``passes/one_hot_reductions.py``), before the row reductions below.
 * A row reduction (parallel and reduction loops: a softmax's row max, a norm weight's
   gradient summed over tokens) with at least 32 elements per output becomes a cooperative
   kernel: a warp or a whole block per output element, or column tiles when the reduction
@@ -61,6 +64,7 @@ from latch.passes.generic_body import (accumulation, clone_body_ops, compare, de
                                        index_constant, load_inputs, loop_ranges)
 from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.buffer_views import root as _root
+from latch.passes.one_hot_reductions import collapse_one_hot_reductions
 from latch.passes.row_reductions import cooperative_row_reductions
 
 # ops that stay on the host as they are
@@ -131,6 +135,7 @@ class WrapHostCompute(ModulePass):
             _rewrite_copies(body)
             _reductions_innermost(body)
             if self.reduce_threads > 0:
+                collapse_one_hot_reductions(body)
                 cooperative_row_reductions(body)
                 _parallel_full_reductions(body, self.reduce_threads)
             _wrap(body)

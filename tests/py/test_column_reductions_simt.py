@@ -69,3 +69,82 @@ def test_column_reduction_slices(tokens, features, splits):
         assert len(grids) == 1 and grids[0][1] == "1", grids
     err = float((got - ref).abs().max() / ref.abs().max())
     assert err < 1e-5, err
+
+
+# the loss's gather gradient: out[o] += sum_k [t(o) == v(k)] * (-c(o)), v an arange written
+# by a generic (as torch's one_hot leaves it), some targets out of range (ignored)
+GATHER = """
+#g_o = affine_map<(d0, d1) -> (d0)>
+#g_k = affine_map<(d0, d1) -> (d1)>
+#id = affine_map<(d0) -> (d0)>
+func.func @main(%t: memref<OUTxi64>, %c: memref<OUTxf32>, %x: memref<OUTxVOCABxf32>,
+                %out: memref<OUTxf32>) {
+  %v = memref.alloc() : memref<VOCABxi64>
+  %c0 = arith.constant 0 : i64
+  linalg.fill ins(%c0 : i64) outs(%v : memref<VOCABxi64>)
+  linalg.generic {indexing_maps = [#id], iterator_types = ["parallel"]}
+      outs(%v : memref<VOCABxi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %ii = arith.index_cast %i : index to i64
+    linalg.yield %ii : i64
+  }
+  linalg.generic {indexing_maps = [#g_o, #g_k, #g_o, #affine_map<(d0, d1) -> (d0, d1)>, #g_o],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%t, %v, %c, %x : memref<OUTxi64>, memref<VOCABxi64>, memref<OUTxf32>,
+          memref<OUTxVOCABxf32>) outs(%out : memref<OUTxf32>) {
+  ^bb0(%tt: i64, %vv: i64, %cc: f32, %xx: f32, %acc: f32):
+    %hit = arith.cmpi eq, %tt, KEY : i64
+    %m1 = arith.constant -1.0 : f32
+    %z = arith.constant 0.0 : f32
+    %s = arith.select %hit, %m1, %z : f32
+    %p = arith.mulf %cc, %s : f32
+    %q = arith.mulf %p, %xx : f32
+    %r = arith.addf %acc, %q : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("key", ["arange", "index"])
+def test_one_hot_sum_collapses_to_its_term(key):
+    """passes/one_hot_reductions.py: the [outputs x vocabulary] sum of one-hot terms is one
+    thread per output evaluating the term at k = t(o) (no loop over the vocabulary), equal
+    to the dense sum; targets out of range add nothing."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    n, vocab = 300, 97
+    text = GATHER.replace("#affine_map<(d0, d1) -> (d0, d1)>", "affine_map<(d0, d1) -> (d0, d1)>")
+    text = text.replace("OUT", str(n)).replace("VOCAB", str(vocab))
+    if key == "arange":
+        text = text.replace("KEY", "%vv")
+    else:                                 # the reduction loop's own index
+        text = text.replace("%hit = arith.cmpi eq, %tt, KEY : i64",
+                            "%k = linalg.index 1 : index\n    %ki = arith.index_cast %k : "
+                            "index to i64\n    %hit = arith.cmpi eq, %tt, %ki : i64")
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+        host = str(m)
+        assert "scf.for" not in host and "linalg.generic" not in host.split("gpu.launch", 2)[-1]
+        assert re.search(rf"gpu.launch blocks\(.*?\) in \(%\w+ = %c2(?:_\d+)?, ", host)
+        g = torch.Generator().manual_seed(9)
+        t = torch.randint(-3, vocab + 3, (n,), generator=g)
+        c = torch.randn(n, generator=g, dtype=torch.float64).float()
+        x = torch.randn(n, vocab, generator=g, dtype=torch.float64).float()
+        out = torch.randn(n, generator=g, dtype=torch.float64).float()
+        sim = Simt(m)
+        sim.run([t.numpy(), c.numpy(), x.numpy(), out.numpy()])
+        got = torch.from_numpy(np.asarray(sim.arguments[3], np.float64))
+    keep = (t >= 0) & (t < vocab)
+    ref = out.clone()                     # the kept term, in float32 as the body rounds it
+    rows = torch.arange(n)[keep]
+    ref[keep] = ref[keep] + (c[keep] * -1.0) * x[rows, t[keep]]
+    assert torch.equal(got.float(), ref), (got.float() - ref).abs().max()
