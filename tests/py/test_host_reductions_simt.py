@@ -1,5 +1,7 @@
-"""Column-tile reductions of latch-wrap-host-compute (passes/row_reductions.py) executed
-on the CPU by the SIMT interpreter (tests/py/simt.py): a norm weight's gradient shape —
+"""Reductions that latch-wrap-host-compute turns into kernels, executed on the CPU by the
+SIMT interpreter (tests/py/simt.py).  Sums of one-hot terms (passes/one_hot_reductions.py)
+become one thread per output (the tests at the end).  Column-tile reductions
+(passes/row_reductions.py): a norm weight's gradient shape —
 the sum over many tokens of ``x * g`` for each of a few features — whose column tiles are
 too few blocks to fill the GPU is cut into slices of tokens (``column_splits``), each
 block writing its slice's partial sums, and a second launch combines the slices in order
@@ -134,7 +136,7 @@ def test_one_hot_sum_collapses_to_its_term(key):
         run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
         host = str(m)
         assert "scf.for" not in host and "linalg.generic" not in host.split("gpu.launch", 2)[-1]
-        assert re.search(rf"gpu.launch blocks\(.*?\) in \(%\w+ = %c2(?:_\d+)?, ", host)
+        assert re.search(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c2(?:_\d+)?, ", host)
         g = torch.Generator().manual_seed(9)
         t = torch.randint(-3, vocab + 3, (n,), generator=g)
         c = torch.randn(n, generator=g, dtype=torch.float64).float()
