@@ -27,6 +27,9 @@ the return:
 * A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
   gradient over the vocabulary) becomes one thread per output computing the term at
   ``k = t(o)`` (``passes/one_hot_reductions.py``), before the row reductions below.
+* A row max followed by the row sum of ``exp(x - max)`` over the same input (a softmax's
+  two reductions) becomes one pass with a running maximum and a rescaled sum
+  (``passes/online_softmax_sums.py``).
 * A row reduction (parallel and reduction loops: a softmax's row max, a norm weight's
   gradient summed over tokens) with at least 32 elements per output becomes a cooperative
   kernel: a warp or a whole block per output element, or column tiles when the reduction
@@ -65,6 +68,7 @@ from latch.passes.generic_body import (accumulation, clone_body_ops, compare, de
 from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
+from latch.passes.online_softmax_sums import fuse_online_softmax_sums
 from latch.passes.row_reductions import cooperative_row_reductions
 
 # ops that stay on the host as they are
@@ -136,6 +140,7 @@ class WrapHostCompute(ModulePass):
             _reductions_innermost(body)
             if self.reduce_threads > 0:
                 collapse_one_hot_reductions(body)
+                fuse_online_softmax_sums(body)
                 cooperative_row_reductions(body)
                 _parallel_full_reductions(body, self.reduce_threads)
             _wrap(body)

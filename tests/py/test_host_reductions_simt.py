@@ -150,3 +150,74 @@ def test_one_hot_sum_collapses_to_its_term(key):
     rows = torch.arange(n)[keep]
     ref[keep] = ref[keep] + (c[keep] * -1.0) * x[rows, t[keep]]
     assert torch.equal(got.float(), ref), (got.float() - ref).abs().max()
+
+
+# a cross-entropy's two row reductions over bf16 logits, as the update leaves them: the row
+# max into a buffer filled with -inf, then the sum of exp(x - max) into a copy of zeros
+SOFTMAX = """
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#r = affine_map<(d0, d1) -> (d0)>
+func.func @main(%x: memref<ROWSxCOLSxbf16>, %m: memref<ROWSxf32>, %s: memref<ROWSxf32>) {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%ninf : f32) outs(%m : memref<ROWSxf32>)
+  linalg.generic {indexing_maps = [#x, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<ROWSxCOLSxbf16>) outs(%m : memref<ROWSxf32>) {
+  ^bb0(%a: bf16, %acc: f32):
+    %e = arith.extf %a : bf16 to f32
+    %y = arith.maximumf %e, %acc : f32
+    linalg.yield %y : f32
+  }
+  %z = memref.alloc() : memref<ROWSxf32>
+  linalg.fill ins(%zero : f32) outs(%z : memref<ROWSxf32>)
+  memref.copy %z, %s : memref<ROWSxf32> to memref<ROWSxf32>
+  linalg.generic {indexing_maps = [#x, #r, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%x, %m : memref<ROWSxCOLSxbf16>, memref<ROWSxf32>) outs(%s : memref<ROWSxf32>) {
+  ^bb0(%a: bf16, %mm: f32, %acc: f32):
+    %e = arith.extf %a : bf16 to f32
+    %d = arith.subf %e, %mm : f32
+    %p = math.exp %d : f32
+    %y = arith.addf %p, %acc : f32
+    linalg.yield %y : f32
+  }
+  return
+}
+"""
+
+
+def test_row_max_and_sum_of_exponentials_in_one_pass():
+    """passes/online_softmax_sums.py: the two reductions become one launch of a block per
+    row (running maximum, rescaled sums); max and sum equal float64's (the sum to float32
+    rounding); a row of -inf gives max -inf and sum 0, as the two passes do."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    rows, cols = 3, 4096
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(SOFTMAX.replace("ROWS", str(rows)).replace("COLS", str(cols)))
+        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+        host = str(m).split("gpu.module")[0]
+        assert host.count("gpu.all_reduce") == 2 and "math.exp" in host
+        launches = re.findall(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c(\d+)", host)
+        assert launches[-1] == str(rows)
+        assert host.count("scf.for") == 1            # one pass over the row
+        g = torch.Generator().manual_seed(2)
+        x = (torch.randn(rows, cols, generator=g, dtype=torch.float64) * 4).bfloat16()
+        x[1, 100:] = float("-inf")                   # a row with a few finite entries
+        x[2] = float("-inf")                         # a row of -inf
+        mx = np.zeros(rows, np.float32)
+        sx = np.zeros(rows, np.float32)
+        sim = Simt(m)
+        sim.run([x.float().numpy().astype(np.float32), mx, sx])
+        got_m = torch.from_numpy(np.asarray(sim.arguments[1], np.float64))
+        got_s = torch.from_numpy(np.asarray(sim.arguments[2], np.float64))
+    xd = x.double()
+    want_m = xd.max(dim=1).values
+    assert torch.equal(got_m, want_m)
+    want_s = torch.exp(xd - want_m[:, None]).nan_to_num(0.0).sum(dim=1)
+    assert float((got_s[:2] - want_s[:2]).abs().max() / want_s[:2].abs().max()) < 1e-5
+    assert got_s[2] == 0.0 and got_m[2] == float("-inf")
