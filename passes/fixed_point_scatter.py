@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from latch.passes.generic_body import compare, delinearize, flat_launch, index_constant
+from latch.passes.generic_body import compare, delinearize, guarded_launch, index_constant
 from latch.passes.one_hot_scatter import Scatter, lanes, source_launch
 
 _THREADS = 256
@@ -134,18 +134,12 @@ def _per_element(op, shape: list, body) -> None:
     """A gpu.launch before ``op`` with one thread per element of ``shape`` (row-major),
     calling ``body(indices)`` in its guarded region."""
     from mlir import ir
-    from mlir.dialects import scf
 
-    n = math.prod(shape)
-    with ir.InsertionPoint(op), op.location:
-        _, end, lin = flat_launch(-(-n // _THREADS), _THREADS)
-    with ir.InsertionPoint(end), op.location:
-        guard = scf.IfOp(compare("ult", lin, index_constant(n)))
-    with ir.InsertionPoint(guard.then_block), op.location:
+    block, lin = guarded_launch(op, math.prod(shape), _THREADS)
+    with ir.InsertionPoint.at_block_terminator(block), op.location:
         at = [None] * len(shape)
         delinearize(lin, list(range(len(shape)))[::-1], shape, at)
         body(at)
-        scf.YieldOp([])
 
 
 def _kind(name: str):

@@ -67,7 +67,7 @@ from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
 from latch.passes.buffer_views import (VIEW_OPS, arena_span, last_writer, root,
                                        slots_overlap, users)
-from latch.passes.generic_body import clone_body_ops, index_constant
+from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation
 from latch.passes import fixed_point_scatter as fixed_point
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
@@ -1293,11 +1293,12 @@ class FormContractionKernels(ModulePass):
         module.attributes["gpu.container_module"] = ir.UnitAttr.get()
         taken = symbol_names(module)
         planned = []
-        exact = _fixed_point_workspaces(found) if self.scatter and self.deterministic else {}
-        for con in found:
-            scatter = match_one_hot_scatter(con) if self.scatter else None
-            if scatter is not None and self.deterministic and not fixed_point.applies(scatter):
-                scatter = None               # no order-free form: keep the contraction
+        scatters = [match_one_hot_scatter(con) if self.scatter else None for con in found]
+        if self.deterministic:               # no order-free form: keep the contraction
+            scatters = [sc if sc is not None and fixed_point.applies(sc) else None
+                        for sc in scatters]
+        exact = _fixed_point_workspaces(scatters) if self.deterministic else {}
+        for con, scatter in zip(found, scatters):
             if scatter is not None:          # a one-hot product: K x N atomic adds instead
                 if self.deterministic:       # in integers: the sum is the same in any order
                     fixed_point.emit_fixed_point_scatter(scatter, exact[_block_key(con.op)])
@@ -1377,32 +1378,27 @@ def _block_key(op) -> int:
     return hash(op.operation.block) if hasattr(op, "operation") else hash(op.block)
 
 
-def _fixed_point_workspaces(found) -> dict:
+def _fixed_point_workspaces(scatters) -> dict:
     """{function block key: an i8 allocation at the top of its body} large enough for the
-    workspace of each of its one-hot scatters summed in fixed point (passes/
-    fixed_point_scatter.py); they run in stream order and each consumes the workspace
-    within its own launches, so the largest need is enough."""
+    workspace of each of its one-hot scatters (``scatters``: a Scatter or None per
+    contraction) summed in fixed point (passes/fixed_point_scatter.py); they run in stream
+    order and each consumes the workspace within its own launches, so the largest need is
+    enough."""
     need: dict = {}
     blocks: dict = {}
-    for con in found:
-        sc = match_one_hot_scatter(con)
-        if sc is not None and fixed_point.applies(sc):
-            key = _block_key(con.op)
+    for sc in scatters:
+        if sc is not None:
+            key = _block_key(sc.con.op)
             need[key] = max(need.get(key, 0), fixed_point.workspace_bytes(sc))
-            blocks[key] = con.op.operation.block
-    return {key: _top_allocation(blocks[key], size) for key, size in need.items()}
+            blocks[key] = sc.con.op.operation.block
+    return {key: _byte_allocation(blocks[key], size) for key, size in need.items()}
 
 
-def _top_allocation(block, size: int):
-    """A ``memref<size x i8>`` allocation at the top of ``block`` (an unshared slot after
-    the planned arena)."""
+def _byte_allocation(block, size: int):
+    """A ``memref<size x i8>`` workspace at the top of ``block``."""
     from mlir import ir
 
-    first = _op(list(block.operations)[0])
-    with ir.InsertionPoint(first), first.location:
-        return ir.Operation.create(
-            "memref.alloc", [ir.Type.parse(f"memref<{size}xi8>")], operands=[],
-            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+    return top_allocation(block, ir.Type.parse(f"memref<{size}xi8>"))
 
 
 def _split_k_workspaces(planned) -> dict:
@@ -1422,7 +1418,7 @@ def _split_k_workspaces(planned) -> dict:
                 size *= d
             need[key] = max(need.get(key, 0), size)
             blocks[key] = con.op.operation.block
-    return {key: _top_allocation(blocks[key], size) for key, size in need.items()}
+    return {key: _byte_allocation(blocks[key], size) for key, size in need.items()}
 
 
 # k-tile depth of each kernel (split-K slices whole k-tiles)

@@ -72,6 +72,36 @@ def flat_launch(blocks: int, threads: int, span: int | None = None):
     return body, end, linear
 
 
+def guarded_launch(op, n: int, threads: int):
+    """A 1-D ``gpu.launch`` in front of ``op`` with one thread per item ``0 .. n-1`` (blocks
+    of ``threads``; the last block's extra threads skip the body).  Returns (the body block
+    under the ``lin < n`` guard, its terminator already in place: insert at
+    ``ir.InsertionPoint.at_block_terminator``; the item number ``lin``)."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    with ir.InsertionPoint(op), op.location:
+        _, end, lin = flat_launch(-(-n // threads), threads)
+    with ir.InsertionPoint(end), op.location:
+        guard = scf.IfOp(compare("ult", lin, index_constant(n)))
+    with ir.InsertionPoint(guard.then_block), op.location:
+        scf.YieldOp([])
+    return guard.then_block, lin
+
+
+def top_allocation(block, memref_type):
+    """A ``memref.alloc`` of ``memref_type`` at the top of ``block`` (a function body): added
+    after ``latch-plan-memory``, it is an unshared slot after the planned arena."""
+    from mlir import ir
+
+    first = list(block.operations)[0]
+    first = first.operation if hasattr(first, "operation") else first
+    with ir.InsertionPoint(first), first.location:
+        return ir.Operation.create(
+            "memref.alloc", [memref_type], operands=[],
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+
+
 def loop_ranges(op):
     """(indexing maps, static trip count of each loop or None) of a generic on memrefs or
     tensors."""

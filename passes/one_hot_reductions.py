@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 
 from latch.passes.base import operation as _op
-from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
-                                       flat_launch, index_constant, indices, load_inputs,
+from latch.passes.generic_body import (accumulation, clone_body_ops, delinearize,
+                                       guarded_launch, index_constant, indices, load_inputs,
                                        loop_ranges)
+from latch.passes.one_hot_scatter import _is_coordinate, in_range
 
 _THREADS = 256
 _THROUGH = ("arith.uitofp", "arith.sitofp", "arith.extui", "arith.extf", "arith.truncf",
@@ -52,7 +53,6 @@ def _match(op):
     from mlir import ir
 
     from latch.passes.form_contraction_kernels import map_dims, side_of
-    from latch.passes.one_hot_scatter import _is_coordinate
 
     if op.results or not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
         return None
@@ -118,8 +118,6 @@ def _emit(op, r: int, size: int, target) -> None:
     from mlir.dialects import scf
 
     index = ir.IndexType.get()
-    i1 = ir.IntegerType.get_signless(1)
-    i64 = ir.IntegerType.get_signless(64)
     maps, ranges = loop_ranges(op)
     par = [d for d in range(len(ranges)) if d != r]
     n_out = math.prod(ranges[d] for d in par)
@@ -127,28 +125,15 @@ def _emit(op, r: int, size: int, target) -> None:
     operands = list(op.operands)
     ins, out = operands[:-1], operands[-1]
     body_ops = [_op(x) for x in block.operations][:-1]
-    with ir.InsertionPoint(op), op.location:
-        _, end, lin = flat_launch(-(-n_out // _THREADS), _THREADS)
-    with ir.InsertionPoint(end), op.location:
-        guard = scf.IfOp(compare("ult", lin, index_constant(n_out)))
-    with ir.InsertionPoint(guard.then_block), op.location:
+    body, lin = guarded_launch(op, n_out, _THREADS)
+    with ir.InsertionPoint.at_block_terminator(body), op.location:
         dims = [None] * len(ranges)
         delinearize(lin, par[::-1], ranges, dims)        # the last loop varies fastest
         dims[r] = index_constant(0)
         mapping: dict = {}
         load_inputs(block, ins, maps, dims, mapping, only=target.args)
         clone_body_ops(target.ops, mapping, dims)
-        t = mapping.get(target.value, target.value)
-        if isinstance(t.type, ir.IndexType):
-            t = ir.Operation.create("arith.index_cast", [i64], [t]).result
-        elif ir.IntegerType(t.type).width < 64:
-            t = ir.Operation.create("arith.extsi", [i64], [t]).result
-        zero = ir.Operation.create("arith.constant", [i64],
-                                   attributes={"value": ir.IntegerAttr.get(i64, 0)}).result
-        k_end = ir.Operation.create("arith.constant", [i64],
-                                    attributes={"value": ir.IntegerAttr.get(i64, size)}).result
-        ok = ir.Operation.create("arith.andi", [i1], [compare("sge", t, zero),
-                                                      compare("slt", t, k_end)]).result
+        t, ok = in_range(mapping.get(target.value, target.value), size)
         hit = scf.IfOp(ok)
         with ir.InsertionPoint(hit.then_block):
             dims[r] = ir.Operation.create("arith.index_cast", [index], [t]).result
@@ -162,4 +147,3 @@ def _emit(op, r: int, size: int, target) -> None:
             yielded = _op(list(block.operations)[-1]).operands[0]
             ir.Operation.create("memref.store", [], [mapping[yielded], out] + where)
             scf.YieldOp([])
-        scf.YieldOp([])

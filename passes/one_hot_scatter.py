@@ -29,7 +29,7 @@ import math
 
 from latch.passes.base import operation as _op
 from latch.passes.buffer_views import last_writer, may_write, root, users
-from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
+from latch.passes.generic_body import (clone_body_ops, compare, delinearize, guarded_launch,
                                        index_constant, load_inputs)
 
 _THREADS = 256
@@ -270,20 +270,14 @@ def source_launch(sc: Scatter, width: int, per_source) -> None:
     con = sc.con
     op = con.op
     index = ir.IndexType.get()
-    i1 = ir.IntegerType.get_signless(1)
-    i64 = ir.IntegerType.get_signless(64)
     value_group = "n" if con.indicator == 0 else "m"
     # flattened: the value dims vary fastest (the output's rows are contiguous there)
     order = con.groups[value_group][::-1] + con.groups["k"][::-1] + con.groups["batch"][::-1]
     sizes = list(con.sizes)
     sizes[order[0]] //= width               # a thread's columns: order[0] counts groups
     total = math.prod(sizes[d] for d in order)
-    blocks = -(-total // _THREADS)
-    with ir.InsertionPoint(op), op.location:
-        _, end, lin = flat_launch(blocks, _THREADS)
-    with ir.InsertionPoint(end), op.location:
-        guard = scf.IfOp(compare("ult", lin, index_constant(total)))
-    with ir.InsertionPoint(guard.then_block), op.location:
+    body, lin = guarded_launch(op, total, _THREADS)
+    with ir.InsertionPoint.at_block_terminator(body), op.location:
         dims = [None] * len(con.sizes)
         delinearize(lin, order, sizes, dims)
         if width > 1:
@@ -291,19 +285,7 @@ def source_launch(sc: Scatter, width: int, per_source) -> None:
                 "arith.muli", [index], [dims[order[0]], index_constant(width)]).result
         for d in sc.row_dims:
             dims[d] = index_constant(0)
-        target = _target(sc, dims)
-        t64 = target if isinstance(target.type, ir.IntegerType) else \
-            ir.Operation.create("arith.index_cast", [i64], [target]).result
-        if ir.IntegerType(t64.type).width != 64:
-            t64 = ir.Operation.create("arith.extsi", [i64], [t64]).result
-        zero = ir.Operation.create("arith.constant", [i64],
-                                   attributes={"value": ir.IntegerAttr.get(i64, 0)}).result
-        rows = ir.Operation.create(
-            "arith.constant", [i64],
-            attributes={"value": ir.IntegerAttr.get(
-                i64, math.prod(con.sizes[d] for d in sc.row_dims))}).result
-        ok = ir.Operation.create("arith.andi", [i1], [compare("sge", t64, zero),
-                                                      compare("slt", t64, rows)]).result
+        t64, ok = in_range(_target(sc, dims), math.prod(con.sizes[d] for d in sc.row_dims))
         hit = scf.IfOp(ok)
         with ir.InsertionPoint(hit.then_block):
             row = ir.Operation.create("arith.index_cast", [index], [t64]).result
@@ -319,7 +301,26 @@ def source_launch(sc: Scatter, width: int, per_source) -> None:
                 columns.append((_value(sc, at), where))
             per_source(columns)
             scf.YieldOp([])
-        scf.YieldOp([])
+
+
+def in_range(target, size: int):
+    """(``target`` as i64, the i1 ``0 <= target < size``) for an integer or index value: a
+    one-hot target t(k) that selects one of ``size`` rows, or none when out of range."""
+    from mlir import ir
+
+    i1 = ir.IntegerType.get_signless(1)
+    i64 = ir.IntegerType.get_signless(64)
+    t64 = target if isinstance(target.type, ir.IntegerType) else \
+        ir.Operation.create("arith.index_cast", [i64], [target]).result
+    if ir.IntegerType(t64.type).width != 64:
+        t64 = ir.Operation.create("arith.extsi", [i64], [t64]).result
+    zero = ir.Operation.create("arith.constant", [i64],
+                               attributes={"value": ir.IntegerAttr.get(i64, 0)}).result
+    end = ir.Operation.create("arith.constant", [i64],
+                              attributes={"value": ir.IntegerAttr.get(i64, size)}).result
+    ok = ir.Operation.create("arith.andi", [i1], [compare("sge", t64, zero),
+                                                  compare("slt", t64, end)]).result
+    return t64, ok
 
 
 def lanes(sc: Scatter) -> int:

@@ -28,16 +28,14 @@ import math
 from latch.passes.base import operation as _op
 from latch.passes.buffer_views import VIEW_OPS, root
 from latch.passes.generic_body import compare, index_constant, indices, load_inputs
+from latch.passes.row_reductions import (_BLOCK as _THREADS, _BLOCK_MIN, _split,
+                                         block_all_reduce, match_row_reduction)
 
-_THREADS = 256
 _CHUNK = 8
-_BLOCK_MIN = 4096
 
 
 def fuse_online_softmax_sums(body) -> int:
     """Rewrite each matching (row max, row sum of exponentials) pair in ``body``."""
-    from latch.passes.row_reductions import match_row_reduction
-
     n = 0
     ops = [_op(o) for o in body.operations]
     gone = set()
@@ -83,8 +81,6 @@ def _widening(op, info):
 def _partner(ops, i, first, widen):
     """Index in ``ops`` of R2 for R1 = ``ops[i]``, or None."""
     from mlir import ir
-
-    from latch.passes.row_reductions import match_row_reduction
 
     r1 = ops[i]
     n_red = math.prod(first.ranges[d] for d in first.red)
@@ -140,8 +136,6 @@ def _is_sum_below(op, info, first, x, m, widen) -> bool:
 def _emit(r1, r2, info, widen) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
-
-    from latch.passes.row_reductions import _split
 
     f32 = ir.F32Type.get()
     index = ir.IndexType.get()
@@ -210,8 +204,8 @@ def _emit(r1, r2, info, widen) -> None:
                 s_new = op("arith.addf", s_new, exp_guarded(v, m_new))
             scf.YieldOp([m_new, s_new])
         m_t, s_t = loop.results
-        m_b = _all_reduce(m_t, "maximumf")
-        s_b = _all_reduce(op("arith.mulf", s_t, rescale(m_t, m_b)), "add")
+        m_b = block_all_reduce(m_t, "maximumf")
+        s_b = block_all_reduce(op("arith.mulf", s_t, rescale(m_t, m_b)), "add")
         store = scf.IfOp(compare("eq", tid, index_constant(0)))
         with ir.InsertionPoint(store.then_block):
             where_m = indices(info.maps[-1], dims)
@@ -225,16 +219,6 @@ def _emit(r1, r2, info, widen) -> None:
             ir.Operation.create("memref.store", [], [s_fin, s_out] + where_s)
             scf.YieldOp([])
         ir.Operation.create("gpu.terminator", [])
-
-
-def _all_reduce(v, kind: str):
-    """``gpu.all_reduce <kind>`` of ``v`` over the block (every thread gets the total)."""
-    from mlir import ir
-
-    return ir.Operation.create(
-        "gpu.all_reduce", [v.type], [v],
-        attributes={"op": ir.Attribute.parse(f"#gpu<all_reduce_op {kind}>"),
-                    "uniform": ir.UnitAttr.get()}, regions=1).result
 
 
 def _is_neg_inf(v):

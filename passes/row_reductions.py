@@ -57,8 +57,9 @@ import math
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import root as _root
 from latch.passes.form_contraction_kernels import match_contraction
-from latch.passes.generic_body import (accumulation, clone_body_ops, compare, index_constant,
-                                       indices, load_inputs, loop_ranges)
+from latch.passes.generic_body import (accumulation, clone_body_ops, compare, guarded_launch,
+                                       index_constant, indices, load_inputs, loop_ranges,
+                                       top_allocation)
 
 # combining op -> (gpu.all_reduce operation, identity)
 _COMBINERS = {
@@ -438,12 +439,7 @@ def _emit(op, info) -> None:
         partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims))
         if per_block == 1:
             kind = (_LOGICAL if info.logical else _COMBINERS)[info.comb.name][0]
-            wide = _widen(partial, info)
-            total = ir.Operation.create(
-                "gpu.all_reduce", [wide.type], [wide],
-                attributes={"op": ir.Attribute.parse(f"#gpu<all_reduce_op {kind}>"),
-                            "uniform": ir.UnitAttr.get()}, regions=1).result
-            total = _narrow(total, info)
+            total = _narrow(block_all_reduce(_widen(partial, info), kind), info)
         else:
             total = _narrow(_warp_reduce(_widen(partial, info), info.comb.name), info)
         store = scf.IfOp(compare("eq", lane, index_constant(0)))
@@ -454,6 +450,17 @@ def _emit(op, info) -> None:
             scf.YieldOp([])
     with ir.InsertionPoint(lb), op.location:
         ir.Operation.create("gpu.terminator", [])
+
+
+def block_all_reduce(value, kind: str):
+    """``gpu.all_reduce <kind>`` of ``value`` over the block (uniform: every thread takes
+    part and gets the total)."""
+    from mlir import ir
+
+    return ir.Operation.create(
+        "gpu.all_reduce", [value.type], [value],
+        attributes={"op": ir.Attribute.parse(f"#gpu<all_reduce_op {kind}>"),
+                    "uniform": ir.UnitAttr.get()}, regions=1).result
 
 
 def _warp_reduce(value, combine: str):
@@ -539,11 +546,8 @@ def _emit_columns(op, info) -> None:
         "#gpu.address_space<workgroup>"))
     partials = None
     if splits > 1:       # [slice, output] partial sums: an unshared slot after the arena
-        first = _op(list(op.operation.block.operations)[0])
-        with ir.InsertionPoint(first), first.location:
-            partials = ir.Operation.create(
-                "memref.alloc", [ir.MemRefType.get([splits, n_out], slot_t)], operands=[],
-                attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+        partials = top_allocation(op.operation.block,
+                                  ir.MemRefType.get([splits, n_out], slot_t))
     with ir.InsertionPoint(op), op.location:
         c1 = index_constant(1)
         launch = gpu.LaunchOp((index_constant(blocks), index_constant(splits), c1),
@@ -612,30 +616,16 @@ def _combine_slices(op, info, partials, splits: int, n_out: int) -> None:
     """A launch of one thread per output combining its ``splits`` partial sums in slice
     order (a fixed order: deterministic) with the output's initial value."""
     from mlir import ir
-    from mlir.dialects import gpu, scf
 
-    index = ir.IndexType.get()
     out = list(op.operands)[-1]
     slot_t = ir.MemRefType(partials.type).element_type
-    blocks = -(-n_out // _BLOCK)
-    with ir.InsertionPoint(op), op.location:
-        c1 = index_constant(1)
-        launch = gpu.LaunchOp((index_constant(blocks), c1, c1),
-                              (index_constant(_BLOCK), c1, c1))
-        lb = launch.regions[0].blocks[0]
-    with ir.InsertionPoint(lb), op.location:
-        o = ir.Operation.create("arith.muli", [index],
-                                [lb.arguments[0], index_constant(_BLOCK)]).result
-        o = ir.Operation.create("arith.addi", [index], [o, lb.arguments[3]]).result
-        guard = scf.IfOp(compare("ult", o, index_constant(n_out)))
-        with ir.InsertionPoint(guard.then_block):
-            dims = [None] * len(info.ranges)
-            _split(o, _column_order(info), info.ranges, dims)
-            total = None
-            for k in range(splits):
-                part = ir.Operation.create("memref.load", [slot_t],
-                                           [partials, index_constant(k), o]).result
-                total = part if total is None else _combine(info, total, part)
-            _store_total(out, indices(info.maps[-1], dims), total, info)
-            scf.YieldOp([])
-        ir.Operation.create("gpu.terminator", [])
+    body, o = guarded_launch(op, n_out, _BLOCK)
+    with ir.InsertionPoint.at_block_terminator(body), op.location:
+        dims = [None] * len(info.ranges)
+        _split(o, _column_order(info), info.ranges, dims)
+        total = None
+        for k in range(splits):
+            part = ir.Operation.create("memref.load", [slot_t],
+                                       [partials, index_constant(k), o]).result
+            total = part if total is None else _combine(info, total, part)
+        _store_total(out, indices(info.maps[-1], dims), total, info)
