@@ -67,10 +67,7 @@ def test_scatter_kernel_adds_like_index_add(cols, per_thread):
     tok[:6] = 4                                                      # duplicates
     v = torch.randn(sources, cols, generator=g, dtype=torch.float64).float()
     out = torch.randn(rows, cols, generator=g, dtype=torch.float64).float()
-    with ctx:
-        sim = Simt(m)
-        sim.run([tok.numpy(), v.numpy(), out.numpy()])
-    got = torch.from_numpy(np.asarray(sim.arguments[2], np.float64))
+    got = _run_scatter(m, ctx, tok, v, out).double()
     keep = (tok >= 0) & (tok < rows)
     ref = out.double().index_add(0, tok[keep], v.double()[keep])
     assert float((got - ref).norm() / ref.norm()) < 1e-6
