@@ -41,9 +41,10 @@ def kernels_to_ptx_pipeline(chip: str, features: str, opt_level: int = 3) -> str
             f"opt-level={opt_level} kernel-bare-ptr-calling-convention=true}})")
 
 
-def _run(module, pipeline: str, stage: str) -> None:
+def _run(module, pipeline: str, stage: str, dump: bool = True) -> None:
     """Run one stage; on failure raise PipelineError with a dumped reproducer of its input
-    (also written to ``$LATCH_DUMP_DIR/cuda-<stage>.mlir`` when that is set)."""
+    (also written to ``$LATCH_DUMP_DIR/cuda-<stage>.mlir`` when that is set and ``dump``:
+    the PTX workers, each lowering a part of the kernels, leave it to their parent)."""
     import os
     import tempfile
 
@@ -51,11 +52,8 @@ def _run(module, pipeline: str, stage: str) -> None:
 
     from latch.pipeline import run_pipeline
     before = module.operation.get_asm(print_generic_op_form=True)
-    dump = os.environ.get("LATCH_DUMP_DIR")
     if dump:
-        os.makedirs(dump, exist_ok=True)
-        with open(os.path.join(dump, f"cuda-{stage}.mlir"), "w") as f:
-            f.write(before)
+        _dump_stage_input(before, stage)
     try:
         run_pipeline(module, pipeline)
     except ir.MLIRError as e:
@@ -128,6 +126,7 @@ def serialize_kernels(module, chip: str, features: str, opt_level: int = 3,
     import sys
 
     text = copy.operation.get_asm(print_generic_op_form=True)
+    _dump_stage_input(text, "latch-kernels-to-ptx")     # all modules, not one worker's part
     groups = [names[i::jobs] for i in range(jobs)]
     import tempfile
 
@@ -178,7 +177,7 @@ def _serialize_group(text: str, keep: list[str], chip: str, features: str,
             if ir.StringAttr(op.operation.attributes["sym_name"]).value not in wanted:
                 op.operation.erase()
         _run(module, kernels_to_ptx_pipeline(chip, features, opt_level),
-             "latch-kernels-to-ptx")
+             "latch-kernels-to-ptx", dump=False)
         return _ptx_of_binaries(module)
 
 
@@ -203,6 +202,17 @@ def form_kernels(block: str, chip: str, deterministic: bool = False) -> str:
     """The ``latch-form-kernels`` stage as the cuda target runs it."""
     return f"latch-form-kernels{{block={block} chip={chip}" + \
         (" deterministic=true}" if deterministic else "}")
+
+
+def _dump_stage_input(text: str, stage: str) -> None:
+    """Write a stage's input to ``$LATCH_DUMP_DIR/cuda-<stage>.mlir`` when that is set."""
+    import os
+
+    dump = os.environ.get("LATCH_DUMP_DIR")
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        with open(os.path.join(dump, f"cuda-{stage}.mlir"), "w") as f:
+            f.write(text)
 
 
 def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAULT_CHIP,
