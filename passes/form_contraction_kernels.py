@@ -394,19 +394,20 @@ def _narrowing_reader(con: Contraction, check_slots: bool = True):
     return g
 
 
-#: A just-zeroed f32 product whose only reader uses it rounded to bf16 is written rounded by
-#: the kernel (:func:`_rounding_reader`): half the bytes written and read.
+#: A just-zeroed f32 product whose readers all use it rounded to bf16 is written rounded by
+#: the kernel (:func:`_rounding_readers`): half the bytes written and read.
 ROUND_FOR_READERS = True
 
 
-def _rounding_reader(con: Contraction):
-    """(generic, operand number) when the only reader of the (just zeroed) f32 output of
+def _rounding_readers(con: Contraction):
+    """[(generic, operand number)] when every reader of the (just zeroed) f32 output of
     ``con`` after the product is a ``linalg.generic`` that uses it solely through
-    ``arith.truncf`` to bf16 (e.g. a SwiGLU gate ``silu(bf16(gate))``): the kernel can then
-    write the output rounded, the reader take bf16 values without its truncf, with the
-    same bits.  The output must be an allocation read by that generic directly, as one
-    input, and placed by ``latch-plan-memory`` (``latch.offset``); the generic all-parallel,
-    in the same block.  None otherwise."""
+    ``arith.truncf`` to bf16 (e.g. a SwiGLU gate: ``silu(bf16(gate))`` in the forward pass
+    and its derivative in the backward pass): the kernel can then write the output rounded,
+    the readers take bf16 values without their truncf, with the same bits.  The output must
+    be an allocation read by each generic directly, as one input, and placed by
+    ``latch-plan-memory`` (``latch.offset``); the generics all-parallel, in the same block.
+    None otherwise."""
     from mlir import ir
 
     c = con.c
@@ -421,11 +422,23 @@ def _rounding_reader(con: Contraction):
     ops = [_op(o) for o in op.operation.block.operations]
     at = next(i for i, o in enumerate(ops) if o == op)
     later = [u for u in users(c) if _position(u, ops) > at]
-    if len(later) != 1 or later[0].name != "linalg.generic" or later[0].results:
-        return None
-    g = later[0]
-    if g not in ops or any("parallel" not in str(a)
-                           for a in ir.ArrayAttr(g.attributes["iterator_types"])):
+    readers = []
+    for g in later:
+        reader = _rounding_reader(g, c, ops)
+        if reader is None:
+            return None
+        readers.append(reader)
+    return readers or None
+
+
+def _rounding_reader(g, c, ops):
+    """(g, operand number) when the ``linalg.generic`` ``g`` of ``ops`` (one block) is
+    all-parallel, writes no result, reads ``c`` as exactly one input and uses that input
+    only through ``arith.truncf`` to bf16; None otherwise."""
+    from mlir import ir
+
+    if g.name != "linalg.generic" or g.results or g not in ops or \
+            any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
         return None                  # not elementwise in this block (a contraction's body
                                      # may already be analyzed: leave it as it is)
     seg = list(ir.DenseI32ArrayAttr(g.attributes["operandSegmentSizes"]))
@@ -445,10 +458,11 @@ def _rounding_reader(con: Contraction):
     return g, i
 
 
-def _round_in_place(con: Contraction, g, i: int):
+def _round_in_place(con: Contraction, readers):
     """Give ``con`` a bf16 output at the planned place of its f32 one (half its bytes; the
-    f32 buffer dies with ``g``, its only later reader) and make input ``i`` of ``g`` read
-    it, the truncf ops of that input dropped.  Returns the bf16 buffer."""
+    f32 buffer dies with the last of ``readers``, its only later readers) and make each
+    reader's input read it, the truncf ops of that input dropped.  Returns the bf16
+    buffer."""
     from mlir import ir
 
     c = con.c
@@ -458,13 +472,14 @@ def _round_in_place(con: Contraction, g, i: int):
         rounded = ir.Operation.create(
             "memref.alloc", [ir.MemRefType.get(ir.MemRefType(c.type).shape, bf16)],
             operands=[], attributes={n: alloc.attributes[n] for n in alloc.attributes}).result
-    g.operands[i] = rounded
-    arg = g.regions[0].blocks[0].arguments[i]
-    arg.set_type(bf16)
-    for use in list(arg.uses):
-        t = _op(use.owner)
-        t.results[0].replace_all_uses_with(arg)
-        t.erase()
+    for g, i in readers:
+        g.operands[i] = rounded
+        arg = g.regions[0].blocks[0].arguments[i]
+        arg.set_type(bf16)
+        for use in list(arg.uses):
+            t = _op(use.owner)
+            t.results[0].replace_all_uses_with(arg)
+            t.erase()
     return rounded
 
 
@@ -1323,15 +1338,15 @@ class FormContractionKernels(ModulePass):
                 text, grid, block, shared = make(con, name, splits)
             elif con.zeroed_by is not None:
                 narrowing = _narrowing_reader(con)
-                rounding = _rounding_reader(con) if narrowing is None and \
+                rounding = _rounding_readers(con) if narrowing is None and \
                     ROUND_FOR_READERS else None
                 if narrowing is not None:   # write the bf16 copy its only reader makes
                     _hoist_between(con.op, narrowing)    # its allocation comes first
                     con.narrowed_by, con.c = narrowing, narrowing.operands[1]
                     text, grid, block, shared = make(con, name)
-                elif rounding is not None:  # write rounded what its only reader rounds
+                elif rounding is not None:  # write rounded what its readers round
                     f32_out = con.c
-                    con.narrowed_by, con.c = rounding[0], _round_in_place(con, *rounding)
+                    con.narrowed_by, con.c = rounding[0][0], _round_in_place(con, rounding)
                     con.reader_rounds = f32_out
                     text, grid, block, shared = make(con, name)
             planned.append((con, name, text, grid, block, shared, splits))

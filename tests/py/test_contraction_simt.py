@@ -968,13 +968,10 @@ FORM_GATED = ("builtin.module(latch-wrap-host-compute, latch-forward-zero-fills,
               "lower-affine, canonicalize, cse)")
 
 
-@pytest.mark.parametrize("options", ["{chip=sm_90a}", "", "{mma=false}"],
-                         ids=["wgmma", "mma.sync", "simt"])
-def test_product_written_rounded_for_its_rounding_reader(monkeypatch, options):
-    """ROUND_FOR_READERS: the gate's f32 product, read only by a generic that rounds it to
-    bf16 first, is written rounded by the kernel into a bf16 buffer at the f32 one's
-    planned offset, and the reader takes bf16 without its truncf: no f32 buffer is left,
-    and the result has the same bits as without the rewrite."""
+def _run_gated(monkeypatch, text: str, options: str, seed: int):
+    """``text`` (GATED or a variant) through FORM_GATED with ``options``, with and without
+    ROUND_FOR_READERS, run by the SIMT interpreter on bf16 inputs from ``seed``: ({on:
+    outputs as float64 tensors}, {on: the host function's text}, (x, w, up))."""
     import torch
 
     from mlir import ir
@@ -984,24 +981,39 @@ def test_product_written_rounded_for_its_rounding_reader(monkeypatch, options):
     from latch.pipeline import run_pipeline
     from simt import Simt
 
-    g = torch.Generator().manual_seed(7)
+    g = torch.Generator().manual_seed(seed)
     x = _bf16(torch.randn(200, 64, generator=g, dtype=torch.float64))
     w = _bf16(torch.randn(64, 136, generator=g, dtype=torch.float64))
     up = _bf16(torch.randn(200, 136, generator=g, dtype=torch.float64))
-    got = {}
+    got, hosts = {}, {}
     for on in (True, False):
         monkeypatch.setattr(fck, "ROUND_FOR_READERS", on)
         ctx = ir.Context()
         latch.dialect.load(ctx)
         with ctx, ir.Location.unknown():
-            m = ir.Module.parse(GATED)
+            m = ir.Module.parse(text)
             run_pipeline(m, FORM_GATED.replace("{OPTIONS}", options))
-            host = str(m).split("gpu.module")[0]
-            assert ("memref<200x136xf32>" in host) != on
-            if on:
-                assert "memref.alloc() {latch.offset = 0 : i64} : memref<200x136xbf16>" in host
-            (out,) = Simt(m).run([x.numpy(), w.numpy(), up.numpy()])
-        got[on] = torch.from_numpy(np.asarray(out, np.float64))
+            hosts[on] = str(m).split("gpu.module")[0]
+            outs = Simt(m).run([x.numpy(), w.numpy(), up.numpy()])
+        got[on] = [torch.from_numpy(np.asarray(o, np.float64)) for o in outs]
+    return got, hosts, (x, w, up)
+
+
+@pytest.mark.parametrize("options", ["{chip=sm_90a}", "", "{mma=false}"],
+                         ids=["wgmma", "mma.sync", "simt"])
+def test_product_written_rounded_for_its_rounding_reader(monkeypatch, options):
+    """ROUND_FOR_READERS: the gate's f32 product, read only by a generic that rounds it to
+    bf16 first, is written rounded by the kernel into a bf16 buffer at the f32 one's
+    planned offset, and the reader takes bf16 without its truncf: no f32 buffer is left,
+    and the result has the same bits as without the rewrite."""
+    import torch
+
+    got, hosts, (x, w, up) = _run_gated(monkeypatch, GATED, options, seed=7)
+    for on, host in hosts.items():
+        assert ("memref<200x136xf32>" in host) != on
+        if on:
+            assert "memref.alloc() {latch.offset = 0 : i64} : memref<200x136xbf16>" in host
+    got = {on: outs[0] for on, outs in got.items()}
     assert torch.equal(got[True], got[False])
     ref = (F.silu((x @ w).float().bfloat16().float()).bfloat16() * up.bfloat16()).double()
     err = float((got[True] - ref).norm() / ref.norm())
@@ -1014,3 +1026,47 @@ def test_rounded_output_written_by_the_kernel(options):
     into the copy's buffer (edge tiles included: 96 x 72 is not a multiple of the tile) —
     the same values as rounding the f32 sums."""
     check_rounded(options)
+
+
+# GATED with a second reader of the gate (the backward pass's silu derivative, here
+# bf16(gate) * dy): every reader rounds it, so the product can still be written rounded;
+# READ_WIDE makes the second reader use the f32 value itself, which keeps the f32 buffer
+SECOND_READER = """
+  %out2 = memref.alloc() {latch.offset = 163200 : i64} : memref<200x136xf32>
+  linalg.generic {indexing_maps = [#gid, #gid, #gid], iterator_types = ["parallel", "parallel"]}
+      ins(%acc, %up : memref<200x136xf32>, memref<200x136xbf16>) outs(%out2 : memref<200x136xf32>) {
+  ^bb0(%v: f32, %u: bf16, %o: f32):
+    %t = arith.truncf %v : f32 to bf16
+    %te = arith.extf %t : bf16 to f32
+    %ue = arith.extf %u : bf16 to f32
+    %y = arith.mulf %te, %ue : f32
+    linalg.yield %y : f32
+  }
+  return %out, %out2 : memref<200x136xbf16>, memref<200x136xf32>
+}
+"""
+GATED_TWICE = GATED.replace("-> memref<200x136xbf16> {", "-> (memref<200x136xbf16>, memref<200x136xf32>) {") \
+    .replace("  return %out : memref<200x136xbf16>\n}\n", SECOND_READER)
+READ_WIDE = GATED_TWICE.replace("%y = arith.mulf %te, %ue : f32", "%y = arith.mulf %v, %ue : f32")
+
+
+@pytest.mark.parametrize("text", [GATED_TWICE, READ_WIDE], ids=["both-round", "one-reads-f32"])
+def test_product_written_rounded_for_all_its_rounding_readers(monkeypatch, text):
+    """ROUND_FOR_READERS with two readers (a SwiGLU gate read by the forward silu and by
+    the backward derivative): when both use the gate only rounded to bf16 the kernel writes
+    it rounded and no f32 buffer is left; when one reads the f32 value, nothing changes.
+    Either way the bits equal those of the program without the rewrite."""
+    import torch
+
+    got, hosts, (x, w, up) = _run_gated(monkeypatch, text, "{chip=sm_90a}", seed=11)
+    for on, host in hosts.items():
+        rounded = "memref.alloc() {latch.offset = 0 : i64} : memref<200x136xbf16>" in host
+        assert rounded == (on and text is GATED_TWICE)
+        assert ("memref.alloc() {latch.offset = 0 : i64} : memref<200x136xf32>" in host) \
+            != rounded
+    for a, b in zip(got[True], got[False]):
+        assert torch.equal(a, b)
+    gate = (x @ w).float()
+    ref = (gate.bfloat16().float() if text is GATED_TWICE else gate) * up.float()
+    err = float((got[True][1] - ref.double()).norm() / ref.double().norm())
+    assert err < 1e-2, err
