@@ -9,6 +9,7 @@ from latch.passes.base import operation as _op
 
 VIEW_OPS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
             "memref.reinterpret_cast", "memref.view", "memref.reshape")
+RESHAPES = ("memref.collapse_shape", "memref.expand_shape")
 
 
 def root(v):
@@ -158,3 +159,112 @@ def may_write(op, alloc) -> bool:
         return True                       # e.g. a named linalg op or a call taking it
     return any(may_write(_op(inner), alloc) for region in op.regions
                for blk in region.blocks for inner in blk.operations)
+
+
+def static_box(view):
+    """(offsets, sizes) of ``view`` when it is one ``memref.subview`` with static offsets,
+    sizes and unit strides of an allocation of the same rank; else None."""
+    from mlir import ir
+
+    if hasattr(view.owner, "arguments") or _op(view.owner).name != "memref.subview":
+        return None
+    sub = _op(view.owner)
+    base = sub.operands[0]
+    if len(sub.operands) != 1 or root(base) != base:
+        return None
+    offsets = list(ir.DenseI64ArrayAttr(sub.attributes["static_offsets"]))
+    sizes = list(ir.DenseI64ArrayAttr(sub.attributes["static_sizes"]))
+    strides = list(ir.DenseI64ArrayAttr(sub.attributes["static_strides"]))
+    if len(sizes) != len(ir.MemRefType(base.type).shape) or any(s != 1 for s in strides):
+        return None
+    return offsets, sizes
+
+
+def box_in(view, base):
+    """(offsets, sizes) within the allocation ``base`` of ``view``: a static unit-stride
+    subview of it, possibly reshaped, or an identity-layout ``memref.reinterpret_cast`` of
+    it covering whole rows from its start; the whole of it for ``base`` itself; None when
+    not known."""
+    from mlir import ir
+
+    while view != base:
+        if hasattr(view.owner, "arguments"):
+            return None
+        op = _op(view.owner)
+        if op.name == "memref.subview":
+            return static_box(view)
+        if op.name == "memref.reinterpret_cast":
+            return _prefix_box(view, base) if op.operands[0] == base else None
+        if op.name not in RESHAPES:
+            return None
+        view = op.operands[0]
+    return [0] * len(ir.MemRefType(base.type).shape), list(ir.MemRefType(base.type).shape)
+
+
+def identity_layout(t) -> bool:
+    """Whether the ``ir.MemRefType`` ``t`` has the identity (row-major, offset 0) layout."""
+    from mlir import ir
+
+    return isinstance(t.layout, ir.AffineMapAttr) and \
+        ir.AffineMapAttr(t.layout).value == ir.AffineMap.get_identity(len(t.shape))
+
+
+def _prefix_box(view, base):
+    """The box of ``base`` that the identity-layout reinterpretation ``view`` of it covers
+    (its first elements, in row-major order), when that is whole rows; else None."""
+    from mlir import ir
+
+    t = ir.MemRefType(view.type)
+    shape = list(ir.MemRefType(base.type).shape)
+    if not identity_layout(t) or not shape:
+        return None
+    n = 1
+    for d in t.shape:
+        n *= d
+    inner = 1
+    for d in shape[1:]:
+        inner *= d
+    if n % inner or n // inner > shape[0]:
+        return None
+    return [0] * len(shape), [n // inner] + shape[1:]
+
+
+def boxes_disjoint(a, b) -> bool:
+    """Whether two (offsets, sizes) boxes of one buffer share no element (None: unknown)."""
+    return a is not None and b is not None and any(
+        oa + sa <= ob or ob + sb <= oa for oa, sa, ob, sb in zip(a[0], a[1], b[0], b[1]))
+
+
+def memrefs_used(op) -> list:
+    """The memrefs ``op`` or an op nested in it uses."""
+    from mlir import ir
+
+    return [v for v in op.operands if isinstance(v.type, ir.MemRefType)] + memrefs_in_body(op)
+
+
+def memrefs_in_body(op) -> list:
+    """The memrefs the ops nested in ``op`` use."""
+    found = []
+    for region in op.regions:
+        for blk in region.blocks:
+            for inner in blk.operations:
+                found.extend(memrefs_used(_op(inner)))
+    return found
+
+
+def generic_reads(generic) -> list:
+    """The buffers ``generic`` reads: its inputs and the memrefs its body loads from."""
+    from mlir import ir
+
+    seg = list(ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"]))
+    return [v for v in list(generic.operands)[:seg[0]] if isinstance(v.type, ir.MemRefType)] \
+        + memrefs_in_body(generic)
+
+
+def block_position(op, block, position) -> int:
+    """Position in ``block`` of ``op`` or of the op of ``block`` it is nested in (-1: none)."""
+    while op.block != block:
+        if op.parent is None:
+            return -1
+        op = _op(op.parent)
+    return position.get(op, -1)

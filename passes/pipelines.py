@@ -48,7 +48,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "producers recomputed in each "
         "reader, bf16 product factors fusion moved into a product materialized again; "
         "gradient buckets of data-parallel programs reduced as soon as they are "
-        "final) and the static memory plan",
+        "final; results only copied into a part of another buffer written there) and the "
+        "static memory plan",
         ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops, "
          "linalg-fold-unit-extent-dims)",
          # twice: a mask fused with its 0/1 conversion and transpose can have readers again
@@ -60,7 +61,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
-         "canonicalize", "cse", "latch-schedule-collectives", "latch-plan-memory"),
+         "canonicalize", "cse", "latch-schedule-collectives", "latch-write-in-place",
+         "latch-plan-memory"),
     ),
     NamedPipeline(
         "latch-form-kernels",

@@ -14,7 +14,11 @@ latch-wrap-host-compute has turned ``memref.copy`` into copying generics:
   copy's destination — which latch-form-contraction-kernels then recognizes as an output
   zeroed right before a product (the product writes its sums and the fill goes);
 * erases the zero fills of allocations that nothing reads any more (their copies were the
-  only readers).
+  only readers);
+* fills only what the next write leaves: a zero fill of a whole allocation whose next use
+  writes a box of it (a copy into a view, or a generic writing one whole) spanning every
+  dimension but one from one end of it fills the rest of that dimension instead, after
+  that write (``cat([x, zero_row])``: one row instead of the whole buffer).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-wrap-host-compute,
 latch-forward-zero-fills)'``
@@ -24,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import LastWriters, root, users
+from latch.passes.buffer_views import (LastWriters, block_position, box_in, generic_reads,
+                                       root, users)
 from latch.passes.form_contraction_kernels import copied_buffer, writes_zero
 
 
@@ -61,6 +66,115 @@ def _fill(dst, indexing_map, iterators, attributes):
     return _op(op)
 
 
+def copy_pair(op):
+    """(source, destination) of a ``memref.copy`` or of a copying ``linalg.generic``."""
+    if op.name == "memref.copy":
+        return op.operands[0], op.operands[1]
+    return _copy_operands(op)
+
+
+def _rest(shape, offsets, sizes):
+    """(offsets, sizes) of the part of ``shape`` that the box (``offsets``, ``sizes``)
+    leaves, when that is one box: the box spans every dimension but one, from one end of it.
+    None otherwise (or when the box is everything)."""
+    short = [d for d, (n, o, s) in enumerate(zip(shape, offsets, sizes)) if (o, s) != (0, n)]
+    if len(short) != 1:
+        return None
+    d = short[0]
+    rest_offsets, rest_sizes = [0] * len(shape), list(shape)
+    if offsets[d] == 0:
+        rest_offsets[d], rest_sizes[d] = sizes[d], shape[d] - sizes[d]
+    elif offsets[d] + sizes[d] == shape[d]:
+        rest_sizes[d] = offsets[d]
+    else:
+        return None
+    return rest_offsets, rest_sizes
+
+
+def _subview(base, offsets, sizes):
+    """``memref.subview`` of the identity-layout ``base`` at (``offsets``, ``sizes``),
+    unit strides, at the current insertion point."""
+    from mlir import ir
+
+    t = ir.MemRefType(base.type)
+    strides, _ = t.get_strides_and_offset()
+    offset = sum(o * s for o, s in zip(offsets, strides))
+    layout = ir.StridedLayoutAttr.get(offset, strides)
+    result = ir.MemRefType.get(sizes, t.element_type, layout)
+    return ir.Operation.create(
+        "memref.subview", [result], [base],
+        attributes={"static_offsets": ir.DenseI64ArrayAttr.get(offsets),
+                    "static_sizes": ir.DenseI64ArrayAttr.get(sizes),
+                    "static_strides": ir.DenseI64ArrayAttr.get([1] * len(sizes)),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).result
+
+
+def _box_written(op, base):
+    """The box of the allocation ``base`` that ``op`` writes whole without reading
+    ``base``: a copy into a view of it, or an all-parallel generic whose one output is such
+    a view indexed by a permutation of its loops.  None otherwise."""
+    from mlir import ir
+
+    pair = copy_pair(op)
+    if pair is not None:
+        dst = pair[1]
+        if root(pair[0]) == base:
+            return None
+    elif op.name == "linalg.generic" and not op.results:
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        outs = list(op.operands)[seg[0]:]
+        maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
+        if len(outs) != 1 or not ir.AffineMapAttr(maps[-1]).value.is_permutation or \
+                any("parallel" not in str(t)
+                    for t in ir.ArrayAttr(op.attributes["iterator_types"])) or \
+                any(root(v) == base for v in generic_reads(op)):
+            return None
+        dst = outs[0]
+    else:
+        return None
+    return box_in(dst, base) if root(dst) == base else None
+
+
+def shrink_fills(block) -> int:
+    """Zero fills of whole allocations whose next use writes a box of it that leaves one
+    box (a copy into a view, or a generic writing one): fill only that box, after that
+    use.  Returns how many."""
+    from mlir import ir
+
+    done = 0
+    ops = [_op(o) for o in block.operations]
+    position = {o: i for i, o in enumerate(ops)}
+    for fill in ops:
+        if not writes_zero(fill) or fill.name != "linalg.generic":
+            continue
+        out = fill.operands[len(fill.operands) - 1]
+        if root(out) != out or hasattr(out.owner, "arguments") or \
+                _op(out.owner).name != "memref.alloc":
+            continue
+        at = position[fill]
+        later = [(block_position(u, block, position), u) for u in users(out)]
+        later = sorted((t for t in later if t[0] > at), key=lambda t: t[0])
+        if not later or later[0][1].block != block or \
+                len(later) > 1 and later[1][0] == later[0][0]:
+            continue
+        copy = later[0][1]
+        box = _box_written(copy, out)
+        rest = _rest(ir.MemRefType(out.type).shape, *box) if box else None
+        if rest is None:
+            continue
+        with ir.InsertionPoint.after(copy), fill.location:
+            part = _subview(out, *rest)
+            rank = len(rest[1])
+            identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
+            parallel = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")]
+                                        * rank)
+            keep = {n: fill.attributes[n] for n in fill.attributes if n.startswith("latch.")}
+            _fill(part, identity, parallel, keep)
+        fill.erase()
+        done += 1
+    return done
+
+
 @dataclasses.dataclass(frozen=True)
 class ForwardZeroFills(ModulePass):
     name = "latch-forward-zero-fills"
@@ -87,6 +201,7 @@ class ForwardZeroFills(ModulePass):
                 with ir.InsertionPoint(op), op.location:
                     ops[i] = _fill(dst, maps[1], op.attributes["iterator_types"], keep)
                 op.erase()
+            shrink_fills(block)
             # zero fills of allocations that nothing reads
             for op in list(block.operations):
                 op = _op(op)

@@ -63,3 +63,46 @@ func.func @overwritten_in_part(%out: memref<4x8xf32>) {
   }
   return
 }
+
+// -----
+// A whole zero fill whose next use writes all but the last row (a generic writing the
+// padded buffer's rows in place, passes/write_in_place.py): only the last row is filled,
+// after that write.  A fill the next write leaves in the middle of stays whole.
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-LABEL: func.func @fill_the_rest(
+// CHECK: %[[PAD:.*]] = memref.alloc() : memref<7x4xf32>
+// CHECK-NEXT: %[[ROWS:.*]] = memref.subview %[[PAD]][0, 0] [6, 4] [1, 1]
+// CHECK-NEXT: linalg.generic {{.*}} outs(%[[ROWS]] : memref<6x4xf32, strided<[4, 1]>>)
+// CHECK: math.exp
+// CHECK: %[[LAST:.*]] = memref.subview %[[PAD]][6, 0] [1, 4] [1, 1] : memref<7x4xf32> to memref<1x4xf32, strided<[4, 1], offset: 24>>
+// CHECK-NEXT: %[[Z:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK-NEXT: linalg.generic {{.*}} outs(%[[LAST]] : memref<1x4xf32, strided<[4, 1], offset: 24>>)
+// CHECK-NEXT: ^bb0(%{{.*}}: f32):
+// CHECK-NEXT: linalg.yield %[[Z]] : f32
+// CHECK: %[[MID:.*]] = memref.alloc() : memref<8x4xf32>
+// CHECK-NEXT: linalg.generic {{.*}} outs(%[[MID]] : memref<8x4xf32>)
+func.func @fill_the_rest(%a: memref<6x4xf32>) -> (memref<7x4xf32>, memref<8x4xf32>) {
+  %z = arith.constant 0.0 : f32
+  %pad = memref.alloc() : memref<7x4xf32>
+  linalg.generic {indexing_maps = [#id2], iterator_types = ["parallel", "parallel"]} outs(%pad : memref<7x4xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %z : f32
+  }
+  %rows = memref.subview %pad[0, 0] [6, 4] [1, 1] : memref<7x4xf32> to memref<6x4xf32, strided<[4, 1]>>
+  linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%a : memref<6x4xf32>) outs(%rows : memref<6x4xf32, strided<[4, 1]>>) {
+  ^bb0(%x: f32, %o: f32):
+    %e = math.exp %x : f32
+    linalg.yield %e : f32
+  }
+  %mid = memref.alloc() : memref<8x4xf32>
+  linalg.generic {indexing_maps = [#id2], iterator_types = ["parallel", "parallel"]} outs(%mid : memref<8x4xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %z : f32
+  }
+  %inner = memref.subview %mid[1, 0] [6, 4] [1, 1] : memref<8x4xf32> to memref<6x4xf32, strided<[4, 1], offset: 4>>
+  linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%a : memref<6x4xf32>) outs(%inner : memref<6x4xf32, strided<[4, 1], offset: 4>>) {
+  ^bb0(%x: f32, %o: f32):
+    linalg.yield %x : f32
+  }
+  return %pad, %mid : memref<7x4xf32>, memref<8x4xf32>
+}
