@@ -33,6 +33,7 @@ PASSES: dict[str, str] = {
     "latch-form-attention-kernels": "attention_kernels:FormAttentionKernels",
     "latch-vector-atomics": "vector_atomics:VectorAtomics",
     "latch-register-accumulators": "register_accumulators:RegisterAccumulators",
+    "latch-unroll-short-loops": "unroll_short_loops:UnrollShortLoops",
     "latch-nonfinite-checks": "nonfinite_checks:NonfiniteChecks",
     "latch-dependent-launches": "dependent_launches:DependentLaunches",
     "latch-materialize-product-factors": "product_factors:MaterializeProductFactors",

@@ -75,7 +75,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "deterministic={deterministic}}}",
          "latch-nonfinite-checks{{phase=mark}}",
          "func.func(convert-linalg-to-parallel-loops)", "latch-register-accumulators",
-         "latch-map-parallel-loops{{block={block}}}",
+         "latch-unroll-short-loops", "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
          "func.func(gpu-map-parallel-loops)", "func.func(convert-parallel-loops-to-gpu)",
          "latch-nonfinite-checks", "gpu-launch-sink-index-computations", "gpu-kernel-outlining", "lower-affine",

@@ -76,3 +76,30 @@ def test_loops_are_rewritten_inside_out_and_aliasing_outputs_are_left():
     m, _ = _run(aliased, "builtin.module(func.func(convert-linalg-to-parallel-loops), "
                          "latch-register-accumulators)")
     assert "iter_args" not in str(m)
+
+
+def test_short_loops_unrolled_into_vector_lanes():
+    """latch-unroll-short-loops after the accumulators: the two reduction loops (2 x 4
+    terms) unroll innermost first into straight-line code, which latch-map-parallel-loops
+    gives vector lanes (one 16-byte access of the output per 4 elements).  The same
+    operations in the same order: the results equal the loops' bit for bit."""
+    front = "builtin.module(latch-wrap-host-compute, func.func(convert-linalg-to-parallel-loops), " \
+            "latch-register-accumulators, "
+    back = "latch-map-parallel-loops{min-blocks=1}, canonicalize, cse)"
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 2, 4, generator=g).bfloat16()
+    w = torch.randn(2, 4, 96, generator=g).bfloat16()
+    o = torch.randn(64, 96, generator=g, dtype=torch.float64).float()
+    got = {}
+    for unrolled in (True, False):
+        m, ctx = _run(SHORT, front + ("latch-unroll-short-loops, " if unrolled else "") + back)
+        kernel = str(m)
+        assert ("scf.for" in kernel) != unrolled
+        assert ("vector.load" in kernel and "vector<4xf32>" in kernel) == unrolled
+        with ctx:
+            sim = Simt(m)
+            sim.run([x.float().numpy(), w.float().numpy(), o.numpy()])
+        got[unrolled] = np.asarray(sim.arguments[2]).copy()
+    assert np.array_equal(got[True], got[False])
+    ref = o.double() + torch.einsum("atk,tkn->an", x.double(), w.double())
+    assert float((torch.from_numpy(got[True].astype(np.float64)) - ref).norm() / ref.norm()) < 1e-6

@@ -1,0 +1,55 @@
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(convert-linalg-to-parallel-loops), latch-register-accumulators, latch-unroll-short-loops)' | FileCheck %s
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute, func.func(convert-linalg-to-parallel-loops), latch-register-accumulators, latch-unroll-short-loops, latch-map-parallel-loops{block=32,8})' | FileCheck %s --check-prefix=LANES
+// A router's input gradient, x += g @ W over 4 experts: the reduction loop over the experts
+// is unrolled (the accumulator chained through the four terms, in order), so the body is
+// straight-line and latch-map-parallel-loops (after latch-wrap-host-compute has put the
+// unit-stride loop first) gives it vector lanes (4 x f32 per access).
+// A loop longer than max-trips (8) stays a loop.
+
+#x = affine_map<(t, d, e) -> (t, d)>
+#g = affine_map<(t, d, e) -> (t, e)>
+#w = affine_map<(t, d, e) -> (e, d)>
+// CHECK-LABEL: func.func @router_grad(
+// CHECK: scf.parallel
+// CHECK-NOT: scf.for
+// CHECK: %[[ACC:.*]] = memref.load %{{.*}} : memref<64x128xf32>
+// CHECK: %[[T0:.*]] = arith.addf %[[ACC]], %{{.*}} : f32
+// CHECK: %[[T1:.*]] = arith.addf %[[T0]], %{{.*}} : f32
+// CHECK: %[[T2:.*]] = arith.addf %[[T1]], %{{.*}} : f32
+// CHECK: %[[T3:.*]] = arith.addf %[[T2]], %{{.*}} : f32
+// CHECK-NEXT: memref.store %[[T3]]
+// LANES-LABEL: func.func @router_grad(
+// LANES: vector.load %{{.*}} : memref<64x128xf32>, vector<4xf32>
+// LANES: vector.store %{{.*}} : memref<64x128xf32>, vector<4xf32>
+func.func @router_grad(%x: memref<64x128xf32>, %g: memref<64x4xbf16>, %w: memref<4x128xbf16>) {
+  linalg.generic {indexing_maps = [#g, #w, #x], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%g, %w : memref<64x4xbf16>, memref<4x128xbf16>) outs(%x : memref<64x128xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %o: f32):
+    %ae = arith.extf %a : bf16 to f32
+    %be = arith.extf %b : bf16 to f32
+    %p = arith.mulf %ae, %be : f32
+    %s = arith.addf %o, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+#x = affine_map<(t, d, e) -> (t, d)>
+#g = affine_map<(t, d, e) -> (t, e)>
+#w = affine_map<(t, d, e) -> (e, d)>
+// CHECK-LABEL: func.func @long_reduction(
+// CHECK: scf.parallel
+// CHECK: scf.for
+func.func @long_reduction(%x: memref<64x128xf32>, %g: memref<64x16xbf16>, %w: memref<16x128xbf16>) {
+  linalg.generic {indexing_maps = [#g, #w, #x], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%g, %w : memref<64x16xbf16>, memref<16x128xbf16>) outs(%x : memref<64x128xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %o: f32):
+    %ae = arith.extf %a : bf16 to f32
+    %be = arith.extf %b : bf16 to f32
+    %p = arith.mulf %ae, %be : f32
+    %s = arith.addf %o, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
