@@ -46,7 +46,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "stage 'buffers': linalg on tensors -> linalg on memrefs (one-shot bufferization "
         "across function boundaries, identity layouts; one-hot masks and cheap elementwise "
         "producers recomputed in each "
-        "reader, bf16 product factors fusion moved into a product materialized again; "
+        "reader (gathers included), sums of a few terms fused into their elementwise reader, "
+        "bf16 product factors fusion moved into a product materialized again; "
         "gradient buckets of data-parallel programs reduced as soon as they are "
         "final; results only copied into a part of another buffer written there) and the "
         "static memory plan",
@@ -56,7 +57,10 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "latch-rematerialize-masks", "latch-recompute-elementwise",
          "linalg-fuse-elementwise-ops",
          "latch-rematerialize-masks", "latch-recompute-elementwise",
-         "linalg-fuse-elementwise-ops", "latch-materialize-product-factors",
+         "linalg-fuse-elementwise-ops",
+         # short sums (the MoE's top-2 combine) become elementwise: fused into their reader
+         "latch-unroll-short-reductions", "linalg-fuse-elementwise-ops",
+         "latch-materialize-product-factors",
          "latch-lower-collectives", "latch-lower-attention",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "

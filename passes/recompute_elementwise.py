@@ -14,9 +14,12 @@ A producer qualifies when:
 
 * it is an all-parallel ``linalg.generic`` on tensors with one result of static shape, an
   invertible output map, and a body of pure scalar code (``arith``/``math``, no regions, no
-  reads of its output's initial value);
-* at most one input is large (more than an eighth of the result's bytes) and none is
-  larger than the result, so a reader that computes it reads at most as many bytes as it
+  reads of its output's initial value) — or a gather: a ``tensor.extract`` of a tensor
+  from outside with elements no wider than the result's (the MoE's ``o[slot]``, read by
+  the top-k combine and by the gates' gradient: each reader gathers the rows itself
+  instead of reading a [65536, 768] copy written for them);
+* at most one input is large (more than an eighth of the result's bytes; a gather counts
+  as one) and none is larger than the result, so a reader that computes it reads at most as many bytes as it
   reads now (a rounding to bf16 stays: reading the bf16 copy is half the bytes of
   recomputing it from f32 — and latch-form-contraction-kernels lets the product that
   feeds it write that copy directly);
@@ -104,13 +107,37 @@ def _is_recomputable(op) -> bool:
     block = op.regions[0].blocks[0]
     if any(True for _ in block.arguments[len(block.arguments) - 1].uses):
         return False                                  # reads its output's initial value
-    if not _body_is_pure(op):
+    gathers = _gathers(op)
+    if gathers is None or not _body_is_pure(op, gathers):
         return False
     out = _bytes(op.results[0].type)
     sizes = [_bytes(v.type) for v in list(op.operands)[:n_in]]
     if out <= 0 or any(s < 0 for s in sizes):
         return False
-    return sum(1 for s in sizes if s * 8 > out) <= 1 and all(s <= out for s in sizes)
+    # a gather reads one element of its source per element written: a large input
+    return sum(1 for s in sizes if s * 8 > out) + len(gathers) <= 1 and \
+        all(s <= out for s in sizes)
+
+
+def _gathers(op) -> list | None:
+    """The ``tensor.extract`` ops in generic ``op``'s body (a gather: ``o[slot[i], j]``),
+    each reading a tensor from outside with elements no wider than the result's, so that
+    a reader computing it reads no more bytes than it reads of the result; None if an
+    extract reads anything else."""
+    from mlir import ir
+
+    out_bits = element_bits(ir.ShapedType(op.results[0].type).element_type)
+    found = []
+    for inner in op.regions[0].blocks[0].operations:
+        inner = _op(inner)
+        if inner.name != "tensor.extract":
+            continue
+        src = inner.operands[0]
+        if not isinstance(src.type, ir.RankedTensorType) or \
+                element_bits(ir.RankedTensorType(src.type).element_type) > out_bits:
+            return None
+        found.append(inner)
+    return found
 
 
 def _only_extracted(value) -> bool:
@@ -215,7 +242,7 @@ class RecomputeElementwise(ModulePass):
             for op in [_op(o) for o in func_op.regions[0].blocks[0].operations]:
                 if op.name == "linalg.generic":
                     _drop_unit_reduction(op)
-                    _read_fill_instead_of_output(op)
+                    read_fill_instead_of_output(op)
                     _drop_zero_add(op)
             while _compute_extracts(func_op):
                 pass
@@ -237,9 +264,13 @@ class RecomputeElementwise(ModulePass):
                     owner.operands[number] = value
 
 
-def _body_is_pure(op) -> bool:
+def _body_is_pure(op, allowed=()) -> bool:
+    """Whether generic ``op``'s body is scalar ``arith``/``math`` code (and the ops of
+    ``allowed``: the gathers :func:`_gathers` accepted)."""
     for inner in op.regions[0].blocks[0].operations:
         inner = _op(inner)
+        if inner in allowed:
+            continue
         if inner.regions or not (inner.name.startswith(("arith.", "math."))
                                  or inner.name in ("linalg.index", "linalg.yield")):
             return False
@@ -340,7 +371,7 @@ def _compute_extracts(func_op) -> bool:
 
 
 # ----------------------------------------------------------------------------- unit reductions
-def _read_fill_instead_of_output(op) -> None:
+def read_fill_instead_of_output(op) -> None:
     """A generic reading a fill (an input, or the initial value of an all-parallel
     generic's output): read the fill's value instead (the input is then unused, and the
     output starts from an empty tensor), so the fill may go."""
@@ -457,13 +488,16 @@ def _is_fill(v) -> bool:
 
 def _fill_value(v, create: bool = True):
     """The scalar a tensor value is filled with (a splat constant, ``linalg.fill``, a
-    generalized fill), or None; for a splat constant an ``arith.constant`` of it is created
-    in front of it (with ``create=False``: its attribute, nothing created)."""
+    generalized fill, any of them reshaped), or None; for a splat constant an
+    ``arith.constant`` of it is created in front of it (with ``create=False``: its
+    attribute, nothing created)."""
     from mlir import ir
 
     if hasattr(v.owner, "arguments"):
         return None
     o = _op(v.owner)
+    if o.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+        return _fill_value(o.operands[0], create)
     if o.name == "linalg.fill":
         return o.operands[0]
     if o.name == "linalg.generic" and len(o.results) == 1:       # a generalized fill
@@ -475,6 +509,10 @@ def _fill_value(v, create: bool = True):
             for k in range(n_in):
                 if y == block.arguments[k] and not isinstance(o.operands[k].type, ir.ShapedType):
                     return o.operands[k]
+            if not hasattr(y.owner, "arguments") and \
+                    _op(y.owner).name == "arith.constant" and \
+                    not isinstance(y.type, ir.ShapedType):
+                return y                     # yields a constant from outside
     if o.name == "arith.constant":
         attr = o.attributes["value"]
         if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
@@ -489,7 +527,7 @@ def _fill_value(v, create: bool = True):
 def _drop_unit_reduction(op) -> None:
     """A generic whose reduction loops all run once, into a filled output (a one-hot
     scatter: ``out[i, j] += (t[i, k] == j) * c`` with ``k < 1`` into zeros), is elementwise:
-    drop those loops (indexed at 0); :func:`_read_fill_instead_of_output` then reads the
+    drop those loops (indexed at 0); :func:`read_fill_instead_of_output` then reads the
     fill's value instead of the output."""
     from mlir import ir
 

@@ -441,3 +441,78 @@ func.func @zeros_plus_accumulation(%h: tensor<16x8xf32>, %v: tensor<16x4xf32>, %
   } -> tensor<8x4xf32>
   return %s : tensor<8x4xf32>
 }
+
+// -----
+
+// A gather o[slot[i], j] (bf16 rows of a padded [17, 64] buffer) read by two generics: the
+// combine's product and the gates' gradient's row sum.  Each reader gets its own copy, so
+// each gathers the rows itself; no [12, 64] copy is written for them.
+// A gather of f32 rows into a bf16 result (wider than what it writes) stays materialized.
+#row = affine_map<(i, j) -> (i)>
+#id = affine_map<(i, j) -> (i, j)>
+#red = affine_map<(i, j) -> (i)>
+// CHECK-LABEL: func.func @gather_two_readers(
+// CHECK-COUNT-2: tensor.extract %{{.*}} : tensor<17x64xbf16>
+// FUSED-LABEL: func.func @gather_two_readers(
+// FUSED: linalg.generic
+// FUSED-SAME: ins(%{{.*}}, %{{.*}} : tensor<12xi64>, tensor<12x64xf32>)
+// FUSED: tensor.extract %{{.*}} : tensor<17x64xbf16>
+// FUSED: linalg.generic
+// FUSED-SAME: ins(%{{.*}}, %{{.*}} : tensor<12xi64>, tensor<12x64xf32>)
+// FUSED: tensor.extract %{{.*}} : tensor<17x64xbf16>
+// FUSED-NOT: tensor<12x64xbf16>
+func.func @gather_two_readers(%o: tensor<17x64xbf16>, %slot: tensor<12xi64>, %g: tensor<12x64xf32>, %acc: tensor<12xf32>) -> (tensor<12x64xf32>, tensor<12xf32>) {
+  %e = tensor.empty() : tensor<12x64xbf16>
+  %x = linalg.generic {indexing_maps = [#row, #id], iterator_types = ["parallel", "parallel"]} ins(%slot : tensor<12xi64>) outs(%e : tensor<12x64xbf16>) {
+  ^bb0(%s: i64, %out: bf16):
+    %r = arith.index_cast %s : i64 to index
+    %c = linalg.index 1 : index
+    %v = tensor.extract %o[%r, %c] : tensor<17x64xbf16>
+    linalg.yield %v : bf16
+  } -> tensor<12x64xbf16>
+  %e2 = tensor.empty() : tensor<12x64xf32>
+  %p = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%x, %g : tensor<12x64xbf16>, tensor<12x64xf32>) outs(%e2 : tensor<12x64xf32>) {
+  ^bb0(%a: bf16, %b: f32, %out: f32):
+    %ae = arith.extf %a : bf16 to f32
+    %m = arith.mulf %ae, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<12x64xf32>
+  %s = linalg.generic {indexing_maps = [#id, #id, #red], iterator_types = ["parallel", "reduction"]} ins(%x, %g : tensor<12x64xbf16>, tensor<12x64xf32>) outs(%acc : tensor<12xf32>) {
+  ^bb0(%a: bf16, %b: f32, %out: f32):
+    %ae = arith.extf %a : bf16 to f32
+    %m = arith.mulf %ae, %b : f32
+    %t = arith.addf %m, %out : f32
+    linalg.yield %t : f32
+  } -> tensor<12xf32>
+  return %p, %s : tensor<12x64xf32>, tensor<12xf32>
+}
+
+// CHECK-LABEL: func.func @gather_narrowing(
+// FUSED-LABEL: func.func @gather_narrowing(
+// CHECK-COUNT-1: tensor.extract
+// CHECK-NOT: tensor.extract
+func.func @gather_narrowing(%o: tensor<17x64xf32>, %slot: tensor<12xi64>, %g: tensor<12x64xf32>) -> (tensor<12x64xf32>, tensor<12x64xf32>) {
+  %e = tensor.empty() : tensor<12x64xbf16>
+  %x = linalg.generic {indexing_maps = [#row, #id], iterator_types = ["parallel", "parallel"]} ins(%slot : tensor<12xi64>) outs(%e : tensor<12x64xbf16>) {
+  ^bb0(%s: i64, %out: bf16):
+    %r = arith.index_cast %s : i64 to index
+    %c = linalg.index 1 : index
+    %v = tensor.extract %o[%r, %c] : tensor<17x64xf32>
+    %t = arith.truncf %v : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<12x64xbf16>
+  %e2 = tensor.empty() : tensor<12x64xf32>
+  %p = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%x, %g : tensor<12x64xbf16>, tensor<12x64xf32>) outs(%e2 : tensor<12x64xf32>) {
+  ^bb0(%a: bf16, %b: f32, %out: f32):
+    %ae = arith.extf %a : bf16 to f32
+    %m = arith.mulf %ae, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<12x64xf32>
+  %q = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%x, %g : tensor<12x64xbf16>, tensor<12x64xf32>) outs(%e2 : tensor<12x64xf32>) {
+  ^bb0(%a: bf16, %b: f32, %out: f32):
+    %ae = arith.extf %a : bf16 to f32
+    %m = arith.addf %ae, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<12x64xf32>
+  return %p, %q : tensor<12x64xf32>, tensor<12x64xf32>
+}
