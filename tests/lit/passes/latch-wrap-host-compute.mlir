@@ -360,13 +360,14 @@ func.func @select_filled_later(%w: memref<8xf32>, %acc: memref<8xf32>, %g: memre
 }
 
 // -----
-// A large full sum (65536 elements) takes several blocks: each stores its block total in
-// a scratch buffer, then one block sums the 4 totals in order into the output (no atomics).
+// A large full sum (65536 elements) takes several blocks of 2048 (8 a thread): each
+// stores its block total in a scratch buffer, then one block sums the 32 totals in order
+// into the output (no atomics).
 #i1 = affine_map<(d0) -> (d0)>
 #o1 = affine_map<(d0) -> ()>
 // CHECK-LABEL: func.func @big_sum(
-// CHECK: %[[SCR:.*]] = memref.alloc() : memref<4xf32>
-// CHECK: %[[G:c4[_0-9]*]] = arith.constant 4 : index
+// CHECK: %[[SCR:.*]] = memref.alloc() : memref<32xf32>
+// CHECK: %[[G:c32[_0-9]*]] = arith.constant 32 : index
 // CHECK: gpu.launch blocks(%[[B:[a-z0-9_]+]], {{.*}}) in ({{.*}} = %[[G]],
 // CHECK:   gpu.all_reduce add
 // CHECK:   memref.store %{{.*}}, %[[SCR]][%[[B]]]
