@@ -139,7 +139,11 @@ def run_latch(batch, idx, tgt, model, args, looped=False, suffix="") -> dict:
     return out
 
 
-def run_torch(batch, idx, tgt, model, args, compiled: bool) -> dict:
+def torch_update(batch, idx, tgt, model, compiled: bool):
+    """The PyTorch control's update (zero_grad, bf16 autocast forward, backward, clip 1.0,
+    foreach AdamW; under torch.compile with ``capturable=True`` and the learning rate a
+    device tensor when ``compiled``): (update, optimizer, learning rate, loss buffer), the
+    update writing its loss into the buffer."""
     import torch
     dev = idx.device
     m = model.to(dev)
@@ -159,6 +163,12 @@ def run_torch(batch, idx, tgt, model, args, compiled: bool) -> dict:
         opt.step()
         loss_buf.copy_(loss.detach().float())
 
+    return update, opt, lr, loss_buf
+
+
+def run_torch(batch, idx, tgt, model, args, compiled: bool) -> dict:
+    import torch
+    update, opt, lr, loss_buf = torch_update(batch, idx, tgt, model, compiled)
     losses = []
     out = {}
     if compiled:
