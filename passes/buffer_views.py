@@ -256,8 +256,10 @@ def generic_reads(generic) -> list:
     """The buffers ``generic`` reads: its inputs and the memrefs its body loads from."""
     from mlir import ir
 
-    seg = list(ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"]))
-    return [v for v in list(generic.operands)[:seg[0]] if isinstance(v.type, ir.MemRefType)] \
+    from latch.passes.generic_body import segments
+
+    n_in, _ = segments(generic)
+    return [v for v in list(generic.operands)[:n_in] if isinstance(v.type, ir.MemRefType)] \
         + memrefs_in_body(generic)
 
 

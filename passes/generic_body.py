@@ -6,6 +6,30 @@ thread and latch-recompute-elementwise's extracts)."""
 from __future__ import annotations
 
 
+def segments(op) -> tuple[int, int]:
+    """(inputs, outputs) of a ``linalg.generic``: its operand segment sizes."""
+    from mlir import ir
+
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    return seg[0], seg[1]
+
+
+def elementwise_output(op):
+    """The one output of ``op`` when it is an all-parallel ``linalg.generic`` on buffers
+    (no results) writing that output through a permutation of its loops (every element
+    once); else None."""
+    from mlir import ir
+
+    if op.name != "linalg.generic" or op.results:
+        return None
+    n_in, n_out = segments(op)
+    if n_out != 1 or any("parallel" not in str(t)
+                         for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return None
+    out_map = ir.AffineMapAttr(list(ir.ArrayAttr(op.attributes["indexing_maps"]))[-1]).value
+    return op.operands[n_in] if out_map.is_permutation else None
+
+
 def clone_body_ops(ops, mapping: dict, dims) -> None:
     """Clone ``ops`` (body ops of a generic, in order) at the current insertion point.
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.generic_body import accumulation, clone_body_ops, loop_ranges
+from latch.passes.generic_body import accumulation, clone_body_ops, loop_ranges, segments
 
 _PURE = ("arith.", "math.")
 _FLOATS = ("f16", "bf16", "f32", "f64")
@@ -56,20 +56,13 @@ class MaterializeProductFactors(ModulePass):
                 _materialize(g)
 
 
-def _segments(op) -> tuple[int, int]:
-    from mlir import ir
-
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    return seg[0], seg[1]
-
-
 def _factor(op):
     """(the bf16 value, the ops computing it in body order, the input numbers it reads) of
     the product ``op``'s first factor that qualifies, or None."""
     from mlir import ir
 
     block = op.regions[0].blocks[0]
-    n_in, n_out = _segments(op)
+    n_in, n_out = segments(op)
     body = [_op(o) for o in block.operations]
     mul = _product_term(op, n_out)
     if mul is not None:
@@ -135,7 +128,7 @@ def _materialize(op) -> bool:
     if found is None:
         return False
     x, chain, inputs = found
-    n_in, n_out = _segments(op)
+    n_in, n_out = segments(op)
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
     if any(not maps[k].is_projected_permutation for k in inputs):
         return False

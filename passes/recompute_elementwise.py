@@ -19,8 +19,8 @@ A producer qualifies when:
   the top-k combine and by the gates' gradient: each reader gathers the rows itself
   instead of reading a [65536, 768] copy written for them);
 * at most one input is large (more than an eighth of the result's bytes; a gather counts
-  as one) and none is larger than the result, so a reader that computes it reads at most as many bytes as it
-  reads now (a rounding to bf16 stays: reading the bf16 copy is half the bytes of
+  as one) and none is larger than the result, so a reader that computes it reads at most
+  as many bytes as it reads now (a rounding to bf16 stays: reading the bf16 copy is half the bytes of
   recomputing it from f32 — and latch-form-contraction-kernels lets the product that
   feeds it write that copy directly);
 * it has 2 to ``max-readers`` readers, each a ``linalg.generic`` that takes it as an input
@@ -60,7 +60,7 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, element_bits, function_definitions, operation as _op
-from latch.passes.generic_body import clone_body_ops, loop_ranges
+from latch.passes.generic_body import clone_body_ops, loop_ranges, segments
 from latch.passes.rematerialize_masks import read_through_unit_expansions
 
 
@@ -71,13 +71,6 @@ def _numel(t) -> int:
         return 1
     shaped = ir.ShapedType(t)
     return math.prod(shaped.shape) if shaped.has_static_shape else -1
-
-
-def _segments(op) -> tuple[int, int]:
-    from mlir import ir
-
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    return seg[0], seg[1]
 
 
 def _maps(op) -> list:
@@ -101,7 +94,7 @@ def _is_recomputable(op) -> bool:
         return False
     if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
         return False
-    n_in, n_out = _segments(op)
+    n_in, n_out = segments(op)
     if n_out != 1 or not _maps(op)[-1].is_permutation:
         return False
     block = op.regions[0].blocks[0]
@@ -157,7 +150,7 @@ def _narrows(op) -> bool:
     rounding to bf16): its readers read fewer bytes from it than from its inputs."""
     from mlir import ir
 
-    n_in, _ = _segments(op)
+    n_in, _ = segments(op)
     out = element_bits(ir.ShapedType(op.results[0].type).element_type)
     return any(isinstance(v.type, ir.ShapedType) and
                element_bits(ir.ShapedType(v.type).element_type) > out
@@ -192,7 +185,7 @@ def _readers(value, path=(), projections: bool = False) -> list | None:
             continue
         if user.name != "linalg.generic":
             return None
-        n_in, _ = _segments(user)
+        n_in, _ = segments(user)
         m = _maps(user)[number] if number < n_in else None
         if m is None or m.n_dims != _n_loops(user):
             return None
@@ -206,7 +199,7 @@ def _widens_bf16(op) -> bool:
     """Whether generic ``op`` only widens one bf16 input to f32 (``yield extf(in)``): a
     product reading its copy reads bf16 values widened at the product (a tensor-core kernel
     in latch-form-contraction-kernels) and half the bytes of the materialized f32."""
-    n_in, _ = _segments(op)
+    n_in, _ = segments(op)
     body = [_op(o) for o in op.regions[0].blocks[0].operations]
     if n_in != 1 or [o.name for o in body] != ["arith.extf", "linalg.yield"]:
         return False
@@ -221,7 +214,7 @@ def _moves_elements(op) -> bool:
     transpose or a copy): a product reading its copy reads the input through the permuted
     map instead — no pass over memory at all (the tensor-core kernels stage operands
     contiguous along k or along their rows alike)."""
-    n_in, _ = _segments(op)
+    n_in, _ = segments(op)
     block = op.regions[0].blocks[0]
     body = [_op(o) for o in block.operations]
     return (n_in == 1 and [o.name for o in body] == ["linalg.yield"] and
@@ -328,7 +321,7 @@ def _compute_extracts(func_op) -> bool:
                for a in ir.ArrayAttr(prod.attributes["iterator_types"])):
             continue
         maps = _maps(prod)
-        n_in, _ = _segments(prod)
+        n_in, _ = segments(prod)
         if _full_inputs(prod, maps, n_in) > 1 and not _only_extracted(prod.results[0]):
             continue          # materialized anyway, and one element of it is fewer reads
         out_map = maps[-1]
@@ -379,7 +372,7 @@ def read_fill_instead_of_output(op) -> None:
 
     if len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType):
         return
-    n_in, n_out = _segments(op)
+    n_in, n_out = segments(op)
     block = op.regions[0].blocks[0]
     for k in range(n_in):                     # an input that is a fill: its value
         arg = block.arguments[k]
@@ -412,7 +405,7 @@ def _drop_zero_add(op) -> None:
     if len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType) or \
             any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
         return
-    n_in, n_out = _segments(op)
+    n_in, n_out = segments(op)
     maps = _maps(op)
     block = op.regions[0].blocks[0]
     body = [_op(o) for o in block.operations]
@@ -471,7 +464,7 @@ def _accumulated_from_zero(value) -> bool:
     if hasattr(value.owner, "arguments") or _op(value.owner).name != "linalg.generic":
         return False
     p = _op(value.owner)
-    n_in, n_out = _segments(p)
+    n_in, n_out = segments(p)
     if len(p.results) != 1 or n_out != 1 or             not _positive_zero(_fill_value(p.operands[n_in], create=False)):
         return False
     block = p.regions[0].blocks[0]
@@ -501,7 +494,7 @@ def _fill_value(v, create: bool = True):
     if o.name == "linalg.fill":
         return o.operands[0]
     if o.name == "linalg.generic" and len(o.results) == 1:       # a generalized fill
-        n_in, _ = _segments(o)
+        n_in, _ = segments(o)
         block = o.regions[0].blocks[0]
         body = [_op(x) for x in block.operations]
         if len(body) == 1 and body[0].name == "linalg.yield":
@@ -538,7 +531,7 @@ def _drop_unit_reduction(op) -> None:
     if not red or not _body_is_pure(op):
         return
     maps, ranges = loop_ranges(op)
-    n_in, n_out = _segments(op)
+    n_in, n_out = segments(op)
     if n_out != 1 or any(ranges[d] != 1 for d in red):
         return
     init = op.operands[n_in]

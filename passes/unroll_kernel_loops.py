@@ -42,15 +42,22 @@ class UnrollKernelLoops(ModulePass):
                         changed = True
 
 
-def _unroll(for_op, max_trips: int) -> bool:
+def trip_count(for_op) -> int | None:
+    """Iterations of the ``scf.for`` ``for_op`` when its bounds and step are constants (a
+    positive step); else None."""
+    lb, ub, step = (int_constant(v) for v in list(for_op.operands)[:3])
+    if lb is None or ub is None or not step or step <= 0:
+        return None
+    return len(range(lb, ub, step))
+
+
+def unroll(for_op) -> None:
+    """Replace the ``scf.for`` ``for_op`` (constant bounds: :func:`trip_count`) by its
+    iterations, in order, in front of it: the induction variable a constant in each, the
+    iteration arguments the previous iteration's yields."""
     from mlir import ir
 
     lb, ub, step = (int_constant(v) for v in list(for_op.operands)[:3])
-    if lb is None or ub is None or not step or step <= 0:
-        return False
-    trips = len(range(lb, ub, step))
-    if trips > max_trips or not has_parallel_work(for_op):
-        return False
     body = for_op.regions[0].blocks[0]
     ops = [_op(o) for o in body.operations]
     term = ops[-1]
@@ -71,6 +78,13 @@ def _unroll(for_op, max_trips: int) -> bool:
     for r, v in zip(for_op.results, current):
         r.replace_all_uses_with(v)
     for_op.erase()
+
+
+def _unroll(for_op, max_trips: int) -> bool:
+    trips = trip_count(for_op)
+    if trips is None or trips > max_trips or not has_parallel_work(for_op):
+        return False
+    unroll(for_op)
     return True
 
 

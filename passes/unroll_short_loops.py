@@ -23,44 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import ModulePass, function_definitions, int_constant, operation as _op
-
-
-def _trips(loop) -> int | None:
-    """Iterations of the ``scf.for`` ``loop`` when its bounds and step are constants."""
-    lo, hi, step = (int_constant(v) for v in list(loop.operands)[:3])
-    if lo is None or hi is None or not step or step < 0:
-        return None
-    return max(0, -(-(hi - lo) // step))
-
-
-def unroll(loop) -> None:
-    """Replace the ``scf.for`` ``loop`` (constant bounds, a body without nested regions)
-    by its iterations, in order, in front of it."""
-    from mlir import ir
-
-    lo, _, step = (int_constant(v) for v in list(loop.operands)[:3])
-    body = loop.regions[0].blocks[0]
-    iv, carried = body.arguments[0], list(body.arguments)[1:]
-    values = list(loop.operands)[3:]             # the carried values going in
-    ops = [_op(o) for o in body.operations]
-    index = ir.IndexType.get()
-    for trip in range(_trips(loop)):
-        with ir.InsertionPoint(loop), loop.location:
-            mapping = {iv: ir.Operation.create(
-                "arith.constant", [index],
-                attributes={"value": ir.IntegerAttr.get(index, lo + trip * step)}).result}
-            mapping.update(zip(carried, values))
-            for op in ops[:-1]:
-                new = op.clone()
-                for i, v in enumerate(new.operands):
-                    if v in mapping:
-                        new.operands[i] = mapping[v]
-                mapping.update(zip(op.results, new.results))
-            values = [mapping.get(v, v) for v in ops[-1].operands]
-    for result, value in zip(loop.results, values):
-        result.replace_all_uses_with(value)
-    loop.erase()
+from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.unroll_kernel_loops import trip_count, unroll
 
 
 #: most ops an unrolled loop may have (its trips times its body's ops)
@@ -77,7 +41,7 @@ def _short_loops(op, max_trips: int, inside: bool = False) -> list:
             for inner in blk.operations:
                 inner = _op(inner)
                 if inside and inner.name == "scf.for":
-                    trips = _trips(inner)
+                    trips = trip_count(inner)
                     body = [_op(o) for o in inner.regions[0].blocks[0].operations]
                     if trips is not None and trips <= max_trips and \
                             trips * len(body) <= MAX_OPS and not any(o.regions for o in body):

@@ -30,15 +30,8 @@ import itertools
 import math
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.generic_body import clone_body_ops, index_constant, loop_ranges
+from latch.passes.generic_body import clone_body_ops, index_constant, loop_ranges, segments
 from latch.passes.recompute_elementwise import read_fill_instead_of_output
-
-
-def _segments(op) -> tuple[int, int]:
-    from mlir import ir
-
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    return seg[0], seg[1]
 
 
 def _read_by_one_elementwise(value) -> bool:
@@ -50,7 +43,7 @@ def _read_by_one_elementwise(value) -> bool:
     if len(uses) != 1:
         return False
     user, number = _op(uses[0].owner), uses[0].operand_number
-    if user.name != "linalg.generic" or number >= _segments(user)[0]:
+    if user.name != "linalg.generic" or number >= segments(user)[0]:
         return False
     if any("parallel" not in str(t) for t in ir.ArrayAttr(user.attributes["iterator_types"])):
         return False
@@ -69,7 +62,7 @@ def short_reduction(op, max_terms: int):
         return None
     its = [str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])]
     red = [d for d, t in enumerate(its) if "reduction" in t]
-    n_in, n_out = _segments(op)
+    n_in, n_out = segments(op)
     if not red or n_out != 1:
         return None
     maps, ranges = loop_ranges(op)
@@ -90,7 +83,7 @@ def unroll(op, red, par, ranges) -> None:
     loops ran), chaining the accumulator."""
     from mlir import ir
 
-    n_in, _ = _segments(op)
+    n_in, _ = segments(op)
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
     n_par = len(par)
     points = list(itertools.product(*[range(ranges[d]) for d in red]))

@@ -1025,10 +1025,10 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
     """Replace a sum reduction by ``gpu.launch``es of ``threads``-thread blocks: each thread
     sums a strided slice of the iteration space in a register and ``gpu.all_reduce add``
     combines a block's partial sums.  One block (up to ``_ONE_BLOCK_ITEMS`` elements) adds
-    its total to the output directly; for a larger iteration space, several blocks (one per ``_ITEMS_PER_BLOCK`` elements, at most
-    ``_MAX_BLOCKS``) each store their total into a scratch buffer, and a second one-block
-    launch sums the scratch buffer in a fixed order into the output (deterministic: no
-    atomics)."""
+    its total to the output directly; for a larger iteration space, several blocks (one per
+    ``_ITEMS_PER_BLOCK`` elements, at most ``_MAX_BLOCKS``) each store their total into a
+    scratch buffer, and a second one-block launch sums the scratch buffer in a fixed order
+    into the output (deterministic: no atomics)."""
     from mlir import ir
 
     block, acc, add, summand = found
@@ -1039,7 +1039,7 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
     for r in ranges:
         total_iters *= r
     blocks = 1 if total_iters <= _ONE_BLOCK_ITEMS else \
-        max(1, min(_MAX_BLOCKS, -(-total_iters // _ITEMS_PER_BLOCK)))
+        min(_MAX_BLOCKS, -(-total_iters // _ITEMS_PER_BLOCK))
     with op.location:
         if blocks == 1:
             with ir.InsertionPoint(op):

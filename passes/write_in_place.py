@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.generic_body import elementwise_output, segments
 from latch.passes.buffer_views import (RESHAPES, VIEW_OPS, arena_span, block_position,
                                        box_in, boxes_disjoint, generic_reads, identity_layout,
                                        memrefs_in_body, memrefs_used, root, slots_overlap,
@@ -137,16 +138,9 @@ def _writes_whole(op, source) -> bool:
     """Whether ``op`` is an all-parallel ``linalg.generic`` whose one output is the
     allocation ``source`` itself, indexed by a permutation of its loops (every element
     written once), and which reads nothing of ``source``."""
-    from mlir import ir
-
-    if op.name != "linalg.generic" or op.results:
-        return False
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    if list(op.operands)[seg[0]:] != [source] or \
-            any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
-        return False
-    out_map = ir.AffineMapAttr(list(ir.ArrayAttr(op.attributes["indexing_maps"]))[-1]).value
-    return out_map.is_permutation and not any(root(v) == source for v in generic_reads(op))
+    out = elementwise_output(op)
+    return out is not None and out == source and \
+        not any(root(v) == source for v in generic_reads(op))
 
 
 def _clear_between(writer, copy, ops, position, dest, box):
@@ -192,14 +186,9 @@ def _fills_whole(op, dest) -> bool:
         src = root(pair[0])
         return pair[1] == dest and not hasattr(src.owner, "arguments") and \
             _op(src.owner).name == "memref.get_global" and src == pair[0]
-    if op.name != "linalg.generic" or op.results or \
-            any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
-        return False
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    operands = [v for v in op.operands if isinstance(v.type, ir.MemRefType)]
-    out_map = ir.AffineMapAttr(list(ir.ArrayAttr(op.attributes["indexing_maps"]))[-1]).value
-    return operands == [dest] and list(op.operands)[seg[0]:] == [dest] and \
-        out_map.is_permutation and not memrefs_in_body(op)
+    out = elementwise_output(op)
+    return out is not None and out == dest and not memrefs_in_body(op) and \
+        [v for v in op.operands if isinstance(v.type, ir.MemRefType)] == [dest]
 
 
 def write_in_place(block) -> int:
@@ -270,8 +259,7 @@ def _write_copied_in_place(copy, block, ops, position):
     if target is None or ir.MemRefType(target.type).shape != \
             ir.MemRefType(source.type).shape:
         return 0, copy
-    seg = list(ir.DenseI32ArrayAttr(writer.attributes["operandSegmentSizes"]))
-    writer.operands[seg[0]] = target
+    writer.operands[segments(writer)[0]] = target
     copy.erase()
     if target != shaped:            # the strided views it replaces, if nothing else uses them
         views = [shaped] + [o.results[0] for o in view_ops]

@@ -31,6 +31,7 @@ from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.buffer_views import (LastWriters, block_position, box_in, generic_reads,
                                        root, users)
 from latch.passes.form_contraction_kernels import copied_buffer, writes_zero
+from latch.passes.generic_body import elementwise_output
 
 
 def _copy_operands(op):
@@ -113,25 +114,15 @@ def _box_written(op, base):
     """The box of the allocation ``base`` that ``op`` writes whole without reading
     ``base``: a copy into a view of it, or an all-parallel generic whose one output is such
     a view indexed by a permutation of its loops.  None otherwise."""
-    from mlir import ir
-
     pair = copy_pair(op)
     if pair is not None:
         dst = pair[1]
         if root(pair[0]) == base:
             return None
-    elif op.name == "linalg.generic" and not op.results:
-        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-        outs = list(op.operands)[seg[0]:]
-        maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
-        if len(outs) != 1 or not ir.AffineMapAttr(maps[-1]).value.is_permutation or \
-                any("parallel" not in str(t)
-                    for t in ir.ArrayAttr(op.attributes["iterator_types"])) or \
-                any(root(v) == base for v in generic_reads(op)):
-            return None
-        dst = outs[0]
     else:
-        return None
+        dst = elementwise_output(op)
+        if dst is None or any(root(v) == base for v in generic_reads(op)):
+            return None
     return box_in(dst, base) if root(dst) == base else None
 
 
