@@ -30,8 +30,10 @@ partial sums land in a per-function workspace and are then added in order (deter
 a factor that is a 0/1 mask (an i1 converted to f32, in the body or read from a buffer whose
 last writer made it) lets the SIMT kernel **skip all-zero k-tiles** (``bar.red.or``); and
 a one-hot product ``C[row] += [t(k) == row] * V[k]`` — the dense form of ``index_add``/``index_put``/the
-embedding gradient — becomes a **scatter kernel** of K x N atomic adds
-(``passes/one_hot_scatter.py``).
+embedding gradient — becomes a **gather** (``passes/one_hot_gather.py``: the sources
+grouped by target row, then one thread per output element sums its row's sources in k
+order; a rounded copy that is the output's only reader is written directly), or, with
+``gather=false``, a **scatter kernel** of K x N atomic adds (``passes/one_hot_scatter.py``).
 
 Loop dimensions are grouped by where they appear — *batch* (output, a and b), *m* (output
 and a), *n* (output and b), *k* (reduction, a and b) — and each group is flattened, so
@@ -50,8 +52,9 @@ factors are both staged by 16-byte copies takes the ``wgmma`` kernel instead
 
 Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16),
 ``chip`` (default sm_90; sm_90a: wgmma kernels),
-``scatter`` (bool, default true: one-hot products as scatter kernels; false keeps them
-contractions, quadratic in the sources), ``deterministic`` (bool, default false: the
+``scatter`` (bool, default true: one-hot products as gathers or scatter kernels; false
+keeps them contractions, quadratic in the sources), ``gather`` (bool, default true: the
+gather form where it applies; false: float atomic adds), ``deterministic`` (bool, default false: the
 scatter kernels sum in fixed point, the same bits in any order of their atomic adds —
 ``passes/fixed_point_scatter.py``).
 
@@ -69,6 +72,7 @@ from latch.passes.buffer_views import (VIEW_OPS, arena_span, last_writer, root,
                                        slots_overlap, users)
 from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation
 from latch.passes import fixed_point_scatter as fixed_point
+from latch.passes import one_hot_gather
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
 
@@ -1289,6 +1293,7 @@ class FormContractionKernels(ModulePass):
 
     mma: bool = True
     scatter: bool = True
+    gather: bool = True
     deterministic: bool = False
     chip: str = "sm_90"
 
@@ -1313,9 +1318,19 @@ class FormContractionKernels(ModulePass):
             scatters = [sc if sc is not None and fixed_point.applies(sc) else None
                         for sc in scatters]
         exact = _fixed_point_workspaces(scatters) if self.deterministic else {}
-        for con, scatter in zip(found, scatters):
+        gathers = [sc if sc is not None and self.gather and not self.deterministic and
+                   one_hot_gather.applies(sc) else None for sc in scatters]
+        grouped = _workspaces(gathers, one_hot_gather.workspace_bytes)
+        for con, scatter, gather in zip(found, scatters, gathers):
             if scatter is not None:          # a one-hot product: K x N atomic adds instead
-                if self.deterministic:       # in integers: the sum is the same in any order
+                if gather is not None:       # sources grouped by row, a thread per element
+                    copy = one_hot_gather.rounded_copy(gather)
+                    one_hot_gather.emit_gather(gather, grouped[_block_key(con.op)], copy)
+                    if copy is not None:
+                        copy[0].erase()
+                    for zeroing in con.zeroed_by or []:     # every element read is written
+                        zeroing.erase()
+                elif self.deterministic:     # in integers: the sum is the same in any order
                     fixed_point.emit_fixed_point_scatter(scatter, exact[_block_key(con.op)])
                 else:
                     emit_scatter(scatter)
@@ -1394,17 +1409,22 @@ def _block_key(op) -> int:
 
 
 def _fixed_point_workspaces(scatters) -> dict:
+    """The workspaces of the one-hot scatters summed in fixed point
+    (passes/fixed_point_scatter.py): :func:`_workspaces`."""
+    return _workspaces(scatters, fixed_point.workspace_bytes)
+
+
+def _workspaces(scatters, size_of) -> dict:
     """{function block key: an i8 allocation at the top of its body} large enough for the
-    workspace of each of its one-hot scatters (``scatters``: a Scatter or None per
-    contraction) summed in fixed point (passes/fixed_point_scatter.py); they run in stream
-    order and each consumes the workspace within its own launches, so the largest need is
-    enough."""
+    workspace (``size_of(scatter)`` bytes) of each of its one-hot scatters (``scatters``: a
+    Scatter or None per contraction); they run in stream order and each consumes the
+    workspace within its own launches, so the largest need is enough."""
     need: dict = {}
     blocks: dict = {}
     for sc in scatters:
         if sc is not None:
             key = _block_key(sc.con.op)
-            need[key] = max(need.get(key, 0), fixed_point.workspace_bytes(sc))
+            need[key] = max(need.get(key, 0), size_of(sc))
             blocks[key] = sc.con.op.operation.block
     return {key: _byte_allocation(blocks[key], size) for key, size in need.items()}
 

@@ -1261,7 +1261,12 @@ class Simt:
         old = np.zeros(self.L, ref.mem.data.dtype)
         old[mask] = ref.mem.data[a]
         assert ref.mem.valid[a].all(), "atomic_rmw of an unwritten element"
-        if "addf" in kind or "addi" in kind:
+        if "addi" in kind:                  # lane by lane: each sees the adds before it
+            lanes = np.nonzero(mask)[0]
+            for lane, at in zip(lanes, a):
+                old[lane] = ref.mem.data[at]
+                ref.mem.data[at] += v[lane]
+        elif "addf" in kind:
             np.add.at(ref.mem.data, a, v[mask])
         elif "max" in kind:
             np.maximum.at(ref.mem.data, a, v[mask])

@@ -960,24 +960,31 @@ def test_parallel_ptx_serialization_gives_the_same_ptx():
     assert len(serial) >= 4
     assert parallel == serial
 
-def test_one_hot_products_of_the_moe_become_scatter_kernels(cuda_models):
+def test_one_hot_products_of_the_moe_become_gathers(cuda_models):
     """The dense one-hot products the frontend makes of index_add (the MoE dispatch, one per
-    MoE layer) and of the embedding gradients become scatter kernels (an atomic add per
-    source element — four at once, ``red.global.add.v4.f32``, as the f32 rows here are
-    multiples of four), not contractions over all rows x all sources."""
+    MoE layer) and of the embedding gradients become gathers (passes/one_hot_gather.py):
+    a kernel groups the sources by target row with integer atomic adds, one computes each
+    output element from its row's sources; float atomics are left only to the fixed-grid
+    walks of the overflow lists — not contractions over all rows x all sources."""
+    from latch.passes.one_hot_gather import _OVERFLOW_BLOCKS
     from models import MoE
 
     model, _, prog = cuda_models["tiny_moe"]
     m = prog.manifest
-    scatters = [la for la in m["launches"]
-                if b"red.global.add.v4.f32" in prog.files[m["modules"][la["module"]]]]
-    assert not any(b"atom.global.add.f32" in ptx or b"red.global.add.f32" in ptx
-                   for ptx in prog.files.values())
+
+    def ptx(la):
+        return prog.files[m["modules"][la["module"]]]
+
+    grouping = [la for la in m["launches"] if re.search(rb"\b(atom|red)\.global\.add\.u32", ptx(la))]
     n_moe = sum(isinstance(mod, MoE) for mod in model.modules())
     # per MoE layer: the dispatch (forward) and the combine's backward, whose masks CSE had
     # made one shared buffer (latch-rematerialize-masks); + the embedding gradients
-    assert n_moe >= 1 and len(scatters) >= 2 * n_moe + 1, len(scatters)
-    assert not any(la["module"].startswith("latch_contract") for la in scatters)
+    assert n_moe >= 1 and len(grouping) >= 2 * n_moe + 1, len(grouping)
+    assert not any(la["module"].startswith("latch_contract") for la in grouping)
+    float_atomics = [la for la in m["launches"]
+                     if re.search(rb"\b(atom|red)\.global\.add(\.v4)?\.f32", ptx(la))]
+    assert len(float_atomics) >= len(grouping)
+    assert all(la["grid"] == [_OVERFLOW_BLOCKS, 1, 1] for la in float_atomics)
 
 
 def test_deterministic_sums_scatters_in_fixed_point(cuda_models):
@@ -1003,8 +1010,8 @@ def test_deterministic_sums_scatters_in_fixed_point(cuda_models):
     assert len(m["launches"]) > len(default.manifest["launches"])    # four per scatter
     assert sum(la["module"].startswith("latch_contract") for la in m["launches"]) == \
         sum(la["module"].startswith("latch_contract") for la in default.manifest["launches"])
-    assert any(re.search(rb"\bred\.global\.add(\.v4)?\.f32", ptx)
-               for ptx in default.files.values())
+    assert any(re.search(rb"\b(atom|red)\.global\.add(\.v4)?\.f32", ptx)
+               for ptx in default.files.values())      # the gathers' overflow walks
     assert [s["name"] for s in m["states"]] == [s["name"] for s in default.manifest["states"]]
 
 

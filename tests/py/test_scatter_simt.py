@@ -53,7 +53,7 @@ func.func @main(%tok: memref<{sources}xi64>, %v: memref<{sources}x{cols}xf32>,
 @pytest.mark.parametrize("cols,per_thread", [(48, 4), (50, 1)], ids=["v4", "scalar"])
 def test_scatter_kernel_adds_like_index_add(cols, per_thread):
     sources, rows = 60, 13
-    m, ctx = run_pass(scatter_text(sources, rows, cols))
+    m, ctx = run_pass(scatter_text(sources, rows, cols), "{gather=false}")
     text = str(m)
     host = text.split("gpu.module")[0]
     assert "linalg.generic" not in host and "latch_contract" not in text
@@ -129,3 +129,108 @@ def test_fixed_point_scatter_non_finite_terms():
     finite = torch.ones(rows, cols, dtype=torch.bool)
     finite[1, 0] = False
     assert torch.equal(got[finite], torch.full((rows, cols), 2.0)[finite])
+
+
+def rounded_scatter_text(sources: int, rows: int, cols: int, live: int,
+                         plus_zero: bool = False) -> str:
+    """@main(tok, v, out): an MoE dispatch's shape: a zero-filled f32 buffer of ``rows``
+    rows, ``buf[tok[k]] += v[k]``, then its first ``live`` rows rounded to bf16 into ``out``
+    (the last rows, like the dummy row of dropped tokens, read by nothing)."""
+    return scatter_text(sources, rows, cols).replace(
+        f"%o: memref<{rows}x{cols}xf32>) {{",
+        f"""%out: memref<{live}x{cols}xbf16>) {{
+  %o = memref.alloc() : memref<{rows}x{cols}xf32>
+  linalg.generic {{indexing_maps = [#id], iterator_types = ["parallel", "parallel"]}}
+      outs(%o : memref<{rows}x{cols}xf32>) {{
+  ^bb0(%x: f32):
+    %z = arith.constant 0.0 : f32
+    linalg.yield %z : f32
+  }}""").replace("  return\n", f"""  %lead = memref.subview %o[0, 0] [{live}, {cols}] [1, 1]
+      : memref<{rows}x{cols}xf32> to memref<{live}x{cols}xf32, strided<[{cols}, 1]>>
+  %b = memref.alloc() : memref<{live}x{cols}xbf16>
+  linalg.generic {{indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}}
+      ins(%lead : memref<{live}x{cols}xf32, strided<[{cols}, 1]>>)
+      outs(%b : memref<{live}x{cols}xbf16>) {{
+  ^bb0(%x: f32, %y: bf16):
+    %r = arith.truncf %x : f32 to bf16
+{"    %zb = arith.constant 0.0 : bf16" if plus_zero else ""}
+{"    %r0 = arith.addf %r, %zb : bf16" if plus_zero else ""}
+    linalg.yield {"%r0" if plus_zero else "%r"} : bf16
+  }}
+  memref.copy %b, %out : memref<{live}x{cols}xbf16> to memref<{live}x{cols}xbf16>
+  return
+""")
+
+
+def _sequential(out, tok, v, rows):
+    """index_add in float32 adding the sources one at a time in k order (the dense
+    product's order)."""
+    acc = out.clone()
+    for k in range(len(tok)):
+        if 0 <= tok[k] < rows:
+            acc[tok[k]] = acc[tok[k]] + v[k]
+    return acc
+
+
+def test_gather_form_sums_each_row_in_source_order():
+    """The default form (passes/one_hot_gather.py): four launches (zero counts, group,
+    gather, overflow); rows with at most SLOTS sources are summed in
+    ascending k — the same bits as a float32 loop in k order, whatever order the grouping
+    took — and a heavier row's extra sources arrive by atomics (float32 accuracy); targets
+    out of range add nothing; the output's initial values are added to."""
+    from latch.passes.one_hot_gather import SLOTS
+
+    sources, rows, cols = 60, 13, 48
+    m, ctx = run_pass(scatter_text(sources, rows, cols))
+    text = str(m)
+    host = text.split("gpu.module")[0]
+    assert host.count("gpu.launch ") == 4 and "linalg.generic" not in host
+    g = torch.Generator().manual_seed(0)
+    tok = torch.randint(-2, rows + 2, (sources,), generator=g)      # some out of range
+    tok[tok == 4] = 5
+    tok[:SLOTS + 3] = 4                                              # one heavy row
+    v = torch.randn(sources, cols, generator=g, dtype=torch.float64).float()
+    out = torch.randn(rows, cols, generator=g, dtype=torch.float64).float()
+    got = _run_scatter(m, ctx, tok, v, out)
+    want = _sequential(out, tok, v, rows)
+    counts = torch.bincount(tok[(tok >= 0) & (tok < rows)], minlength=rows)
+    light = counts <= SLOTS
+    assert counts.max() > SLOTS and int(((counts > 1) & light).sum()) >= 2
+    assert torch.equal(got[light].view(torch.int32), want[light].view(torch.int32))
+    keep = (tok >= 0) & (tok < rows)
+    ref = out.double().index_add(0, tok[keep], v.double()[keep])
+    assert float((got.double() - ref).norm() / ref.norm()) < 1e-6
+    for seed in (1, 2):                # other source orders: still the k-order sums
+        perm = torch.randperm(sources, generator=torch.Generator().manual_seed(seed))
+        again = _run_scatter(m, ctx, tok[perm], v[perm], out)
+        want = _sequential(out, tok[perm], v[perm], rows)
+        assert torch.equal(again[light].view(torch.int32), want[light].view(torch.int32))
+
+
+@pytest.mark.parametrize("plus_zero", [False, True], ids=["truncf", "truncf-plus-zero"])
+def test_gather_writes_the_rounded_copy_of_the_rows_read(plus_zero):
+    """A zero-filled output whose only reader rounds its leading rows to bf16 (and, as a
+    gradient accumulated into zeros, adds 0.0): the fill and the rounding copy go, the
+    gather writes the bf16 rows itself (heavy rows summed in f32 first, then rounded), and
+    sources aimed at the rows nobody reads are skipped."""
+    sources, rows, cols, live = 40, 9, 32, 8
+    m, ctx = run_pass(rounded_scatter_text(sources, rows, cols, live, plus_zero))
+    host = str(m).split("gpu.module")[0]
+    assert "linalg.generic" not in host and host.count("gpu.launch ") == 5
+    g = torch.Generator().manual_seed(3)
+    tok = torch.randint(0, rows + 1, (sources,), generator=g)
+    tok[:9] = 2                                                      # a heavy row
+    tok[9:12] = rows - 1                                             # the unread row
+    v = torch.randn(sources, cols, generator=g, dtype=torch.float64).float()
+    with ctx:
+        sim = Simt(m)
+        sim.run([tok.numpy(), v.numpy(), np.zeros((live, cols), np.float32)])
+    got = torch.from_numpy(np.asarray(sim.arguments[2], np.float32).copy())
+    want = _sequential(torch.zeros(rows, cols), tok, v, rows)[:live]
+    counts = torch.bincount(tok[tok < rows], minlength=rows)[:live]
+    light = counts <= 4
+    assert torch.equal(got[light], want[light].bfloat16().float())
+    heavy = ~light
+    assert heavy.any()
+    ref = want[heavy].double()
+    assert float((got[heavy].double() - ref).norm() / ref.norm()) < 1e-2   # bf16 rounding

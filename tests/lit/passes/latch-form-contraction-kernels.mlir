@@ -2,6 +2,8 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{mma=false})' | FileCheck %s --check-prefix=SIMT
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=PTX
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{scatter=false})' | FileCheck %s --check-prefix=NOSCATTER
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{gather=false})' | FileCheck %s --check-prefix=ATOMIC
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{gather=false}, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=ATOMICPTX
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{deterministic=true})' | FileCheck %s --check-prefix=FIXED
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{deterministic=true}, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=FIXEDPTX
 // Contractions on memrefs become launches of tiled kernels: bf16 operands (here an f32
@@ -193,39 +195,70 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // -----
 // A one-hot product whose mask comes from a buffer: a [rows, sources] matrix materialized
 // (through a reshape) by an all-parallel generic yielding [tok[k] == row] — the last write
-// of that buffer before the contraction.  That is a scatter, out[tok[k], n] += v[k, n]:
-// one thread per (k, four consecutive n) adds with four consecutive atomics (skipped when
-// tok[k] is out of range), which latch-vector-atomics makes one red.global.add.v4.f32, and
-// the mask generic, now unread, is erased.  In @rewritten the buffer is overwritten after
-// the mask generic, so nothing is known and the kernel is the plain one.
+// of that buffer before the contraction.  That is a scatter, out[tok[k], n] += v[k, n],
+// and the mask generic, now unread, is erased.  By default it is a gather
+// (passes/one_hot_gather.py): in a (70 + 2 + 70*4 + 100 + 70)-i32 workspace, zero the
+// counts; group the sources by row (an integer atomic add hands out a row's slots);
+// one thread per four consecutive output elements (16 bytes, one vector store) sums its
+// row's slotted sources in ascending k (a min/max sorting network) onto %o; then a fixed grid walks the overflow list with float atomics.
+// In @rewritten the buffer is overwritten after the mask generic, so nothing is known and
+// the kernel is the plain one.
 #c_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
 #c_val = affine_map<(d0, d1, d2) -> (d2, d1)>
 #c_out = affine_map<(d0, d1, d2) -> (d0, d1)>
 #c_id = affine_map<(d0, d1) -> (d0, d1)>
 #c_col = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: func.func @combine(
+// CHECK: memref.alloc() : memref<2088xi8>
 // CHECK-NOT: linalg.generic
-// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c5, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
-// CHECK: %[[N4:.*]] = arith.remui %{{.*}}, %c12
-// CHECK: %[[N:.*]] = arith.muli %[[N4]], %c4
+// CHECK: %[[COUNTS:.*]] = memref.view {{.*}} to memref<72xi32>
+// CHECK: %[[TABLE:.*]] = memref.view {{.*}} to memref<280xi32>
+// CHECK: gpu.launch
+// CHECK: memref.store %{{.*}}, %[[COUNTS]]
+// CHECK: gpu.launch
 // CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
-// CHECK: arith.cmpi sge, %[[T]]
-// CHECK: arith.cmpi slt, %[[T]]
+// CHECK: memref.atomic_rmw addi %{{.*}}, %[[COUNTS]]
+// CHECK: memref.store %{{.*}}, %[[TABLE]]
+// CHECK: gpu.launch
+// CHECK: memref.load %[[COUNTS]]
+// CHECK-COUNT-4: memref.load %[[TABLE]]
+// CHECK: arith.minsi
 // CHECK: scf.if
-// CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
-// CHECK: %[[V:.*]] = memref.load %arg1[%{{.*}}, %[[N]]]
-// CHECK: %[[N3:.*]] = arith.addi %[[N]], %c3
-// CHECK: %[[V3:.*]] = memref.load %arg1[%{{.*}}, %[[N3]]]
-// CHECK-NEXT: memref.atomic_rmw addf %[[V]], %arg2[%[[ROW]], %[[N]]]
-// CHECK-NEXT: memref.atomic_rmw addf
-// CHECK-NEXT: memref.atomic_rmw addf
-// CHECK-NEXT: memref.atomic_rmw addf %[[V3]], %arg2[%[[ROW]], %[[N3]]]
+// CHECK: memref.load %arg1[
+// CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {alignment = 16 : i64} : memref<70x48xf32>, vector<4xf32>
+// CHECK: gpu.launch
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[
 // CHECK-NOT: latch_contract
+// CHECK: return
 // PTX-LABEL: .entry combine_kernel(
-// PTX-NOT: atom.global
-// PTX: red.global.add.v4.f32
-// PTX-NOT: atom.global
-// PTX: ret;
+// PTX: {{(atom|red)}}.global.add.u32
+// With gather=false: one thread per (k, four consecutive n) adds with four consecutive
+// atomics (skipped when tok[k] is out of range), which latch-vector-atomics makes one
+// red.global.add.v4.f32.
+// ATOMIC-LABEL: func.func @combine(
+// ATOMIC-NOT: linalg.generic
+// ATOMIC: gpu.launch blocks({{.*}}) in ({{.*}} = %c5, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+// ATOMIC: %[[N4:.*]] = arith.remui %{{.*}}, %c12
+// ATOMIC: %[[N:.*]] = arith.muli %[[N4]], %c4
+// ATOMIC: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// ATOMIC: arith.cmpi sge, %[[T]]
+// ATOMIC: arith.cmpi slt, %[[T]]
+// ATOMIC: scf.if
+// ATOMIC: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
+// ATOMIC: %[[V:.*]] = memref.load %arg1[%{{.*}}, %[[N]]]
+// ATOMIC: %[[N3:.*]] = arith.addi %[[N]], %c3
+// ATOMIC: %[[V3:.*]] = memref.load %arg1[%{{.*}}, %[[N3]]]
+// ATOMIC-NEXT: memref.atomic_rmw addf %[[V]], %arg2[%[[ROW]], %[[N]]]
+// ATOMIC-NEXT: memref.atomic_rmw addf
+// ATOMIC-NEXT: memref.atomic_rmw addf
+// ATOMIC-NEXT: memref.atomic_rmw addf %[[V3]], %arg2[%[[ROW]], %[[N3]]]
+// ATOMICPTX-LABEL: .entry combine_kernel(
+// ATOMICPTX-NOT: atom.global
+// ATOMICPTX: red.global.add.v4.f32
+// ATOMICPTX-NOT: atom.global
+// ATOMICPTX: ret;
 // NOSCATTER-LABEL: func.func @combine(
 // NOSCATTER-NOT: memref.atomic_rmw
 // NOSCATTER: gpu.launch_func @latch_contract_0::@contract
@@ -423,13 +456,16 @@ func.func @source_overwritten(%tok: memref<100xi64>, %v: memref<100x48xf32>, %o:
 #r_out = affine_map<(b, s, n, k) -> (b, s, n)>
 #r_1 = affine_map<(i) -> (i)>
 // CHECK-LABEL: func.func @rows_reshaped(
-// CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
-// CHECK: arith.cmpi slt, %[[T]], %c24_i64
-// CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
-// CHECK: %[[S:.*]] = arith.remui %[[ROW]], %c8
-// CHECK: %[[B:.*]] = arith.divui %[[ROW]], %c8
-// CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[%[[B]], %[[S]], %{{.*}}]
-// CHECK-NOT: latch_contract
+// CHECK: arith.cmpi slt, %{{.*}}, %c24_i64
+// CHECK: memref.atomic_rmw addi
+// CHECK: arith.minsi
+// ATOMIC-LABEL: func.func @rows_reshaped(
+// ATOMIC: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// ATOMIC: arith.cmpi slt, %[[T]], %c24_i64
+// ATOMIC: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
+// ATOMIC: %[[S:.*]] = arith.remui %[[ROW]], %c8
+// ATOMIC: %[[B:.*]] = arith.divui %[[ROW]], %c8
+// ATOMIC: memref.atomic_rmw addf %{{.*}}, %arg2[%[[B]], %[[S]], %{{.*}}]
 func.func @rows_reshaped(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memref<3x8x16xf32>) {
   %ar = memref.alloc() : memref<24xi64>
   linalg.generic {indexing_maps = [#r_1], iterator_types = ["parallel"]} outs(%ar : memref<24xi64>) {
@@ -594,12 +630,16 @@ func.func @rows_wrong_strides(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o:
 #q_out = affine_map<(n, s, b, k) -> (b, s, n)>
 #q_1 = affine_map<(i) -> (i)>
 // CHECK-LABEL: func.func @rows_permuted(
-// CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
-// CHECK: arith.cmpi slt, %[[T]], %c24_i64
-// CHECK: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
-// CHECK: %[[S:.*]] = arith.remui %[[ROW]], %c8
-// CHECK: %[[B:.*]] = arith.divui %[[ROW]], %c8
-// CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[%[[B]], %[[S]], %{{.*}}]
+// CHECK: arith.cmpi slt, %{{.*}}, %c24_i64
+// CHECK: memref.atomic_rmw addi
+// CHECK: arith.minsi
+// ATOMIC-LABEL: func.func @rows_permuted(
+// ATOMIC: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// ATOMIC: arith.cmpi slt, %[[T]], %c24_i64
+// ATOMIC: %[[ROW:.*]] = arith.index_cast %[[T]] : i64 to index
+// ATOMIC: %[[S:.*]] = arith.remui %[[ROW]], %c8
+// ATOMIC: %[[B:.*]] = arith.divui %[[ROW]], %c8
+// ATOMIC: memref.atomic_rmw addf %{{.*}}, %arg2[%[[B]], %[[S]], %{{.*}}]
 func.func @rows_permuted(%tok: memref<100xi64>, %v: memref<100x16xf32>, %o: memref<3x8x16xf32>) {
   %ar = memref.alloc() : memref<24xi64>
   linalg.generic {indexing_maps = [#q_1], iterator_types = ["parallel"]} outs(%ar : memref<24xi64>) {

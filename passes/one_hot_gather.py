@@ -1,0 +1,536 @@
+"""One-hot scatters as gathers (part of ``latch-form-contraction-kernels``, option ``gather``).
+
+A scatter kernel (passes/one_hot_scatter.py) adds each source row ``V[k]`` to its target
+row ``C[t(k)]`` with float atomics, into an output zero-filled just before.  In an MoE
+dispatch almost every target row receives one source or none (the capacity slots), so the
+atomics read-modify-write a whole f32 buffer that a plain store would fill, after a kernel
+that zeroed it, and often before one that rounds it to bf16 for the expert GEMMs: three
+passes over the buffer where one would do.  Here the sources are grouped by target row
+first, and each output element is then computed by its own thread:
+
+1. **zero** the per-row source counts (and two list lengths) of an i32 workspace;
+2. **group**: one thread per source ``k`` with an in-range target ``t``: ``j = atomicAdd(
+   count[t], 1)``; the first ``SLOTS`` sources of a row land in its slots of a
+   ``[rows, SLOTS]`` table, later ones in an *overflow* list (and a row reaching
+   ``SLOTS + 1`` sources in a *heavy-row* list);
+3. **gather**: one thread per 16 bytes of output (8 bf16 of a rounded copy, 4 f32; the
+   row's grouping, sorting and index math shared by those columns, one vector store):
+   its row's (at most ``SLOTS``) sources sorted by ``k``, ``C = C0 + V[k0] + V[k1] + ...`` added in that order (``C0`` the output's
+   value, or 0.0 when it was just zero-filled: that fill goes) and stored;
+4. **overflow**: a fixed grid walks the overflow list: ``atomicAdd(C[t(k)], V[k])``.
+
+A row with at most ``SLOTS`` sources is thus summed in ascending ``k``, the order of the
+dense product (deterministic, the same bits as the CPU target's loops); the sources of a
+heavier row beyond its first ``SLOTS`` are added by atomics in the order the hardware takes
+them, as the scatter kernel does.  Sources whose target is out of range add nothing.
+
+**Rounded copies.**  When the output's only later reader is an all-parallel copy that
+rounds (``truncf`` to bf16, maybe with more elementwise work) a leading part of it (MoE: ``buf[:E*C]`` rounded for the expert GEMMs; the
+last, dummy row of dropped tokens never read), the gather writes that bf16 copy itself and
+skips the rows nobody reads: the f32 buffer is then written only for heavy rows (their
+overflow still sums in f32), and a fifth launch rounds those rows into the copy.
+
+Measured at TinyMoE B32 on the H200 (bench/gpu_profile_launches.py): the forward dispatch
+took a zero fill, the atomic scatter and the bf16 rounding (78 + 158 + 92 us a layer), now
+the gather (137 us) and four small launches; the backward's combine gradient 327 -> 88 us,
+the dispatch gradient 127 -> 86 us; the update 67.0 -> 63.8 ms.
+"""
+from __future__ import annotations
+
+import math
+
+from latch.passes.base import operation as _op
+from latch.passes.buffer_views import arena_span, root, slots_overlap, users
+from latch.passes.generic_body import (compare, delinearize, flat_launch, guarded_launch,
+                                       index_constant)
+from latch.passes.one_hot_scatter import Scatter, _target, _value, in_range
+
+SLOTS = 4            # sources a row takes in the table (summed in k order)
+_THREADS = 256
+_OVERFLOW_BLOCKS = 264   # the overflow walk's grid: two blocks per H200 SM
+_I32_MAX = 2 ** 31 - 1
+
+
+def _rows(sc: Scatter) -> int:
+    return math.prod(sc.con.sizes[d] for d in sc.row_dims)
+
+
+def _value_dims(sc: Scatter) -> list:
+    return sc.con.groups["n" if sc.con.indicator == 0 else "m"]
+
+
+def _sources(sc: Scatter) -> int:
+    return math.prod(sc.con.sizes[d] for d in sc.con.groups["k"])
+
+
+def applies(sc: Scatter) -> bool:
+    """Whether the gather form covers ``sc``: an f32 output of static shape indexed by the
+    row and value loops only (no batch loops, no constant indices), and source and table
+    numbers that fit an i32."""
+    from mlir import ir
+
+    con = sc.con
+    t = ir.MemRefType(con.c.type)
+    if not t.has_static_shape or not isinstance(t.element_type, ir.F32Type) or \
+            con.groups["batch"] or not _value_dims(sc):
+        return False
+    if any(kind != "d" for kind, _ in con.maps[-1]):
+        return False
+    if sorted(d for _, d in con.maps[-1]) != sorted(sc.row_dims + _value_dims(sc)):
+        return False
+    return _rows(sc) * (SLOTS + 2) + _sources(sc) + 2 < _I32_MAX
+
+
+def workspace_bytes(sc: Scatter) -> int:
+    """Bytes of i32 workspace: counts and two list lengths, the table, the overflow list
+    and the heavy-row list."""
+    r = _rows(sc)
+    return 4 * (r + 2 + r * SLOTS + _sources(sc) + r)
+
+
+def rounded_copy(sc: Scatter):
+    """(the truncf generic, the bf16 buffer it writes, the number of leading output
+    elements it reads) when the gather may write that copy instead of the f32 output
+    (module docstring), else None.  Conditions: the output is a contiguous allocation
+    whose rows come first (row loops, then value loops, in the output's dimension order),
+    zero-filled just before the product; its only user after the product is an
+    all-parallel generic computing each element from one element of a view of its leading
+    elements — whole rows — (:func:`_pure_function_of_input`: a rounding to bf16) into a
+    contiguous buffer of the same element order; nothing
+    between the product and that copy touches the copy's bytes, and the copy's bytes are
+    not those of anything the gather reads (the memory plan may have placed it over
+    buffers that die before the copy)."""
+    from mlir import ir
+
+    from latch.passes.form_contraction_kernels import _INERT, _position
+    con = sc.con
+    op, c = con.op, con.c
+    if con.zeroed_by is None or hasattr(c.owner, "arguments") or \
+            _op(c.owner).name != "memref.alloc":
+        return None
+    order = [d for _, d in con.maps[-1]]
+    if order != sorted(sc.row_dims, key=order.index) + \
+            sorted(_value_dims(sc), key=order.index) or order[:len(sc.row_dims)] != sc.row_dims:
+        return None
+    if ir.MemRefType(c.type).layout != ir.AffineMapAttr.get(
+            ir.AffineMap.get_identity(len(order))):
+        return None
+    ops = [_op(o) for o in op.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == op)
+    later = [u for u in users(c) if _position(u, ops) > at]
+    if len(later) != 1 or later[0].name != "linalg.generic":
+        return None
+    g = later[0]
+    seg = list(ir.DenseI32ArrayAttr(g.attributes["operandSegmentSizes"]))
+    if seg != [1, 1] or g.results or \
+            any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
+        return None
+    view, out = g.operands[0], g.operands[1]
+    if not _defined_by_views(out, ops[at + 1:]):
+        return None
+    prefix = _leading_elements(view, c)
+    n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
+    out_t = ir.MemRefType(out.type)
+    if prefix is None or prefix % n_values or not out_t.has_static_shape or \
+            math.prod(out_t.shape) != prefix or \
+            out_t.layout != ir.AffineMapAttr.get(ir.AffineMap.get_identity(out_t.rank)):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
+    if maps[0] != maps[1] or not maps[0].is_permutation or not _pure_function_of_input(g):
+        return None
+    out_root = root(out)
+    if hasattr(out_root.owner, "arguments"):
+        return None
+    span = arena_span(out)        # None before latch-plan-memory: distinct allocations
+    reads = list(con.inputs) + list(con.captured)
+    if sc.space != op:                   # t(k) is recomputed from the mask writer's inputs
+        reads += list(sc.space.operands)
+    if any(slots_overlap(span, arena_span(v)) for v in reads):
+        return None
+    for between in ops[at + 1:_position(g, ops)]:
+        if between.name in _INERT:
+            continue
+        for v in between.operands:
+            if isinstance(v.type, ir.MemRefType) and (
+                    root(v) == out_root or slots_overlap(span, arena_span(v))):
+                return None
+    return g, out, prefix
+
+
+def _pure_function_of_input(g) -> bool:
+    """Whether the body of generic ``g`` computes its yielded value from its one input
+    element (and values defined outside) with arith and math ops only: a rounding copy
+    (``truncf``), possibly with more elementwise work (``truncf(x) + 0.0`` of a gradient
+    accumulated into zeros)."""
+    block = g.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    if list(block.arguments[1].uses):
+        return False
+    for o in body[:-1]:
+        if o.name.split(".")[0] not in ("arith", "math") or o.regions:
+            return False
+    return body[-1].name == "linalg.yield" and len(body[-1].operands) == 1
+
+
+def _apply_copy_body(g, x):
+    """The value the body of the copy generic ``g`` yields for input element ``x``, its ops
+    cloned at the current insertion point."""
+    from latch.passes.generic_body import clone_body_ops
+
+    block = g.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    mapping = {block.arguments[0]: x}
+    clone_body_ops(body[:-1], mapping, [])
+    y = body[-1].operands[0]
+    return mapping.get(y, y)
+
+
+def _defined_by_views(v, between) -> bool:
+    """Whether buffer ``v`` is an allocation, or views of one, each either defined before
+    the ops ``between`` or by one of them from the previous one alone (so that the chain can
+    move in front of them: :func:`_hoist_definition`)."""
+    from latch.passes.buffer_views import VIEW_OPS
+
+    while not hasattr(v.owner, "arguments"):
+        o = _op(v.owner)
+        if o not in between:
+            return True
+        if o.name == "memref.alloc":
+            return len(o.operands) == 0
+        if o.name not in VIEW_OPS or len(o.operands) != 1:
+            return False
+        v = o.operands[0]
+    return True
+
+
+def _hoist_definition(v, op) -> None:
+    """Move the ops defining buffer ``v`` that come after ``op`` (an allocation and views
+    of it, :func:`_defined_by_views`) in front of ``op``, the allocation first."""
+    chain = []
+    ops = [_op(o) for o in op.operation.block.operations]
+    after = ops[next(i for i, o in enumerate(ops) if o == op) + 1:]
+    while not hasattr(v.owner, "arguments") and _op(v.owner) in after:
+        chain.append(_op(v.owner))
+        if chain[-1].name == "memref.alloc":
+            break
+        v = chain[-1].operands[0]
+    for o in reversed(chain):
+        o.move_before(op)
+
+
+def _leading_elements(view, c):
+    """The number of leading elements (row-major) of ``c`` that ``view`` covers when it is
+    ``c`` itself or reshapes of a subview taking the first rows of ``c`` whole, else None."""
+    from mlir import ir
+
+    while view != c:
+        if hasattr(view.owner, "arguments"):
+            return None
+        o = _op(view.owner)
+        if o.name in ("memref.expand_shape", "memref.collapse_shape"):
+            view = o.operands[0]
+            continue
+        if o.name != "memref.subview" or o.operands[0] != c or len(o.operands) != 1:
+            return None
+        shape = list(ir.MemRefType(c.type).shape)
+        offsets = list(ir.DenseI64ArrayAttr(o.attributes["static_offsets"]))
+        sizes = list(ir.DenseI64ArrayAttr(o.attributes["static_sizes"]))
+        strides = list(ir.DenseI64ArrayAttr(o.attributes["static_strides"]))
+        if any(offsets) or any(s != 1 for s in strides) or sizes[1:] != shape[1:]:
+            return None
+        return math.prod(sizes)
+    return math.prod(ir.MemRefType(c.type).shape)
+
+
+def emit_gather(sc: Scatter, workspace, copy=None) -> None:
+    """Replace the contraction of ``sc`` by the launches of the module docstring, using the
+    i8 buffer ``workspace`` (at least :func:`workspace_bytes` long); ``copy``: the
+    :func:`rounded_copy` to write instead of the f32 output, or None."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    con = sc.con
+    op = con.op
+    index = ir.IndexType.get()
+    i32 = ir.IntegerType.get_signless(32)
+    f32 = ir.F32Type.get()
+    rows = _rows(sc)
+    live = rows if copy is None else copy[2] // math.prod(con.sizes[d] for d in _value_dims(sc))
+    k_total = _sources(sc)
+    if copy is not None:
+        _hoist_definition(copy[1], op)       # the copy's buffer, written by the launches
+    counts_at, table_at = 0, 4 * (rows + 2)
+    overflow_at = table_at + 4 * rows * SLOTS
+    heavy_at = overflow_at + 4 * k_total
+    with ir.InsertionPoint(op), op.location:
+        def view(offset, n):
+            return ir.Operation.create("memref.view", [ir.MemRefType.get([n], i32)],
+                                       [workspace, index_constant(offset)]).result
+        counts = view(counts_at, rows + 2)      # per row; [rows]: overflow, [rows+1]: heavy
+        table = view(table_at, rows * SLOTS)
+        overflow = view(overflow_at, k_total)
+        heavy = view(heavy_at, rows)
+
+    def const(t, v):
+        return ir.Operation.create("arith.constant", [t],
+                                   attributes={"value": ir.IntegerAttr.get(t, v)}).result
+
+    def cast(v, t):
+        return ir.Operation.create("arith.index_cast", [t], [v]).result
+
+    def atomic_add_i32(buffer, at):
+        from latch.passes.fixed_point_scatter import _kind
+        return ir.Operation.create("memref.atomic_rmw", [i32], [const(i32, 1), buffer, at],
+                                   attributes={"kind": _kind("addi")}).result
+
+    def k_dims(k_lin):
+        dims = [index_constant(0) for _ in con.sizes]
+        delinearize(k_lin, con.groups["k"][::-1], con.sizes, dims)
+        return dims
+
+    # 1. zero the counts
+    body, lin = guarded_launch(op, rows + 2, _THREADS)
+    with ir.InsertionPoint.at_block_terminator(body), op.location:
+        ir.Operation.create("memref.store", [], [const(i32, 0), counts, lin])
+
+    # 2. group the sources by target row
+    body, lin = guarded_launch(op, k_total, _THREADS)
+    with ir.InsertionPoint.at_block_terminator(body), op.location:
+        t64, ok = in_range(_target(sc, k_dims(lin)), live)
+        hit = scf.IfOp(ok)
+        with ir.InsertionPoint(hit.then_block):
+            t = cast(t64, index)
+            j = atomic_add_i32(counts, t)
+            k32 = cast(lin, i32)
+            slotted = scf.IfOp(compare("slt", j, const(i32, SLOTS)), has_else=True)
+            with ir.InsertionPoint(slotted.then_block):
+                at = ir.Operation.create("arith.muli", [index], [t, index_constant(SLOTS)]).result
+                at = ir.Operation.create("arith.addi", [index], [at, cast(j, index)]).result
+                ir.Operation.create("memref.store", [], [k32, table, at])
+                scf.YieldOp([])
+            with ir.InsertionPoint(slotted.else_block):
+                o = atomic_add_i32(counts, index_constant(rows))
+                ir.Operation.create("memref.store", [], [k32, overflow, cast(o, index)])
+                first = scf.IfOp(compare("eq", j, const(i32, SLOTS)))
+                with ir.InsertionPoint(first.then_block):
+                    h = atomic_add_i32(counts, index_constant(rows + 1))
+                    ir.Operation.create("memref.store", [], [cast(t, i32), heavy,
+                                                             cast(h, index)])
+                    scf.YieldOp([])
+                scf.YieldOp([])
+            scf.YieldOp([])
+
+    # 3. one thread per ``width`` consecutive live output elements of a row: its row's
+    #    slotted sources in k order
+    shape = list(ir.MemRefType(con.c.type).shape)
+    out_pos = [d for _, d in con.maps[-1]]
+    n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
+    live_elements = math.prod(shape) if copy is None else copy[2]
+    width = _width(sc, copy)
+    dest = con.c if copy is None else copy[1]
+    vector_store = _vector_store_ok(dest, width)
+    body, lin = guarded_launch(op, live_elements // width, _THREADS)
+    with ir.InsertionPoint.at_block_terminator(body), op.location:
+        first = ir.Operation.create("arith.muli", [index], [lin, index_constant(width)]).result
+        at = [None] * len(shape)          # the output indices of each of the columns:
+        delinearize(first, list(range(len(shape)))[::-1], shape, at)   # one row's
+        ats = [at] + [at[:-1] + [ir.Operation.create(
+            "arith.addi", [index], [at[-1], index_constant(w)]).result] for w in range(1, width)]
+        dims = [index_constant(0) for _ in con.sizes]
+        for pos, d in enumerate(out_pos):
+            dims[d] = ats[0][pos]
+        row = index_constant(0)
+        for d in sc.row_dims:
+            row = ir.Operation.create("arith.muli", [index],
+                                      [row, index_constant(con.sizes[d])]).result
+            row = ir.Operation.create("arith.addi", [index], [row, dims[d]]).result
+        n = ir.Operation.create("memref.load", [i32], [counts, row]).result
+        base = ir.Operation.create("arith.muli", [index], [row, index_constant(SLOTS)]).result
+        keys = []
+        for s in range(SLOTS):
+            slot = ir.Operation.create("arith.addi", [index], [base, index_constant(s)]).result
+            used = compare("slt", const(i32, s), n)
+            safe = ir.Operation.create("arith.select", [index],
+                                       [used, slot, index_constant(0)]).result
+            k = ir.Operation.create("memref.load", [i32], [table, safe]).result
+            keys.append(ir.Operation.create("arith.select", [i32],
+                                            [used, k, const(i32, _I32_MAX)]).result)
+        keys = _sorted(keys)
+        if con.zeroed_by is not None:
+            zero = ir.Operation.create("arith.constant", [f32],
+                                       attributes={"value": ir.FloatAttr.get(f32, 0.0)}).result
+            accs = [zero] * width
+        else:
+            accs = [ir.Operation.create("memref.load", [f32], [con.c] + at).result
+                    for at in ats]
+        for s, k in enumerate(keys):
+            more = scf.IfOp(compare("slt", const(i32, s), n), [f32] * width, has_else=True)
+            with ir.InsertionPoint(more.then_block):
+                kd = k_dims(cast(k, index))
+                sums = []
+                for w, at in enumerate(ats):
+                    for pos, d in enumerate(out_pos):
+                        if d in _value_dims(sc):
+                            kd[d] = at[pos]
+                    v = _value(sc, kd)
+                    sums.append(ir.Operation.create("arith.addf", [f32], [accs[w], v]).result)
+                scf.YieldOp(sums)
+            with ir.InsertionPoint(more.else_block):
+                scf.YieldOp(accs)
+            accs = list(more.results)
+
+        def store_f32():
+            for acc, at in zip(accs, ats):
+                ir.Operation.create("memref.store", [], [acc, con.c] + at)
+
+        if copy is None:
+            if vector_store:
+                _store_vector(accs, con.c, ats[0])
+            else:
+                store_f32()
+        else:
+            light = compare("sle", n, const(i32, SLOTS))
+            split = scf.IfOp(light, has_else=True)
+            with ir.InsertionPoint(split.then_block):
+                values = [_apply_copy_body(copy[0], acc) for acc in accs]
+                flat = [first] + [ir.Operation.create(
+                    "arith.addi", [index], [first, index_constant(w)]).result
+                    for w in range(1, width)]
+                if vector_store:
+                    out_shape = list(ir.MemRefType(copy[1].type).shape)
+                    at = [None] * len(out_shape)
+                    delinearize(first, list(range(len(out_shape)))[::-1], out_shape, at)
+                    _store_vector(values, copy[1], at)
+                else:
+                    for value, e in zip(values, flat):
+                        _store_at(value, copy[1], e)
+                scf.YieldOp([])
+            with ir.InsertionPoint(split.else_block):
+                store_f32()
+                scf.YieldOp([])
+
+    # 4. the overflow sources: atomic adds, a fixed grid walking the list
+    def walk(length_at, per_item):
+        """A launch of _OVERFLOW_BLOCKS x _THREADS: block b takes items b, b + grid, ... of
+        the list whose length is counts[length_at]; its threads split the columns."""
+        with ir.InsertionPoint(op), op.location:
+            launch_body, end, _ = flat_launch(_OVERFLOW_BLOCKS, _THREADS)
+        with ir.InsertionPoint(end), op.location:
+            bid, tid = launch_body.arguments[0], launch_body.arguments[3]
+            length = cast(ir.Operation.create("memref.load", [i32],
+                                              [counts, index_constant(length_at)]).result, index)
+            items = scf.ForOp(bid, length, index_constant(_OVERFLOW_BLOCKS))
+            with ir.InsertionPoint(items.body):
+                columns = scf.ForOp(tid, index_constant(n_values), index_constant(_THREADS))
+                with ir.InsertionPoint(columns.body):
+                    per_item(items.induction_variable, columns.induction_variable)
+                    scf.YieldOp([])
+                scf.YieldOp([])
+
+    def add_overflow(item, column):
+        k = cast(ir.Operation.create("memref.load", [i32], [overflow, item]).result, index)
+        dims = k_dims(k)
+        t = cast(_target(sc, dims), index)
+        delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
+        delinearize(t, sc.row_dims[::-1], con.sizes, dims)
+        v = _value(sc, dims)
+        from latch.passes.fixed_point_scatter import _kind
+        where = [dims[d] for _, d in con.maps[-1]]
+        ir.Operation.create("memref.atomic_rmw", [f32], [v, con.c] + where,
+                            attributes={"kind": _kind("addf")})
+
+    walk(rows, add_overflow)
+
+    if copy is not None:     # 5. round the heavy rows (summed in f32) into the copy
+        def round_heavy(item, column):
+            r = cast(ir.Operation.create("memref.load", [i32], [heavy, item]).result, index)
+            dims = [index_constant(0) for _ in con.sizes]
+            delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
+            delinearize(r, sc.row_dims[::-1], con.sizes, dims)
+            where = [dims[d] for _, d in con.maps[-1]]
+            x = ir.Operation.create("memref.load", [f32], [con.c] + where).result
+            flat = ir.Operation.create("arith.muli", [index], [r, index_constant(n_values)]).result
+            flat = ir.Operation.create("arith.addi", [index], [flat, column]).result
+            _store_rounded(x, copy, flat)
+
+        walk(rows + 1, round_heavy)
+
+
+def _store_rounded(x, copy, flat) -> None:
+    """Store the copy's value of f32 ``x`` (its body applied: a rounding to bf16) at
+    row-major position ``flat`` of its buffer."""
+    _store_at(_apply_copy_body(copy[0], x), copy[1], flat)
+
+
+def _store_at(value, out, flat) -> None:
+    """Store ``value`` at row-major position ``flat`` of ``out``."""
+    from mlir import ir
+
+    shape = list(ir.MemRefType(out.type).shape)
+    at = [None] * len(shape)
+    delinearize(flat, list(range(len(shape)))[::-1], shape, at)
+    ir.Operation.create("memref.store", [], [value, out] + at)
+
+
+def _width(sc: Scatter, copy) -> int:
+    """Consecutive output elements a gather thread computes: 16 bytes of what it stores
+    (8 bf16 of a rounded copy, 4 f32) when the output's last dimension is the fastest value
+    loop and a multiple of that long (the row's grouping, its sorting and the thread's index
+    math are then shared by the columns), else 1."""
+    from mlir import ir
+
+    from latch.passes.base import element_bits
+
+    con = sc.con
+    last = con.maps[-1][-1][1]
+    if last not in _value_dims(sc):
+        return 1
+    dest = con.c if copy is None else copy[1]
+    width = 128 // element_bits(ir.MemRefType(dest.type).element_type)
+    shape = ir.MemRefType(dest.type).shape
+    if con.sizes[last] % width or shape[-1] % width:
+        return 1
+    return width
+
+
+def _vector_store_ok(buffer, width: int) -> bool:
+    """Whether ``width`` consecutive elements of ``buffer`` starting at a multiple of
+    ``width`` in its last dimension are one aligned 16-byte vector: an identity layout
+    (allocations are 64-byte aligned) whose last dimension is a multiple of ``width``."""
+    from mlir import ir
+
+    t = ir.MemRefType(buffer.type)
+    return width > 1 and t.layout == ir.AffineMapAttr.get(
+        ir.AffineMap.get_identity(t.rank)) and t.shape[-1] % width == 0
+
+
+def _store_vector(values, buffer, at) -> None:
+    """One ``vector.store`` of ``values`` (consecutive elements) at indices ``at``."""
+    from mlir import ir
+
+    vt = ir.VectorType.get([len(values)], values[0].type)
+    vec = ir.Operation.create("vector.from_elements", [vt], values).result
+    ir.Operation.create("vector.store", [], [vec, buffer] + list(at),
+                        attributes={"alignment": ir.IntegerAttr.get(
+                            ir.IntegerType.get_signless(64), 16)})
+
+
+def _sorted(keys: list) -> list:
+    """``keys`` (i32 values) in ascending order: a sorting network of min/max pairs."""
+    from mlir import ir
+
+    pairs = {4: [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)], 2: [(0, 1)], 1: []}[len(keys)]
+    keys = list(keys)
+    for a, b in pairs:
+        lo = ir.Operation.create("arith.minsi", [keys[a].type], [keys[a], keys[b]]).result
+        hi = ir.Operation.create("arith.maxsi", [keys[a].type], [keys[a], keys[b]]).result
+        keys[a], keys[b] = lo, hi
+    return keys
+
+
+def finish(sc: Scatter, copy) -> None:
+    """After :func:`emit_gather`: the rounding copy the gather wrote goes, and the zero
+    fills of the output (the gather wrote every element it reads, or the f32 output is read
+    only for heavy rows, which the gather wrote)."""
+    if copy is not None:
+        copy[0].erase()
