@@ -24,6 +24,7 @@ PASSES: dict[str, str] = {
     "latch-wrap-host-compute": "wrap_host_compute:WrapHostCompute",
     "latch-forward-zero-fills": "zero_fills:ForwardZeroFills",
     "latch-write-in-place": "write_in_place:WriteInPlace",
+    "latch-attention-views": "attention_views:AttentionViews",
     "latch-form-contraction-kernels": "form_contraction_kernels:FormContractionKernels",
     "latch-map-parallel-loops": "map_parallel_loops:MapParallelLoops",
     "latch-widen-i1-memrefs": "widen_i1_memrefs:WidenI1Memrefs",

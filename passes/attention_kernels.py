@@ -23,7 +23,10 @@ Two backward kernels, each owning its outputs, so no atomics and the result is
 deterministic.  With ``causal`` the tiles above the diagonal are skipped (half the work)
 and the diagonal tile is masked.  Shapes: ``[N, L, E]`` after collapsing the batch
 dimensions; L and S multiples of 64, E a multiple of 16 up to 128 (the frontend only forms
-the ops for such shapes; others are rejected here with the op's location).
+the ops for such shapes; others are rejected here with the op's location).  A q/k/v/o/dO/
+dQ/dK/dV operand may also be a strided ``[B, H, rows, E]`` view (the heads of a fused
+projection, ``latch-attention-views``): block y then indexes it at ``[y / H, y % H]``;
+its rows must be 16-byte aligned (:func:`strided_view`).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-lower-attention,
 one-shot-bufferize{bufferize-function-boundaries}, latch-form-attention-kernels)'``
@@ -60,6 +63,7 @@ class Shape:
     E: int           # head dimension
     causal: bool
     scale: float
+    heads: int = 1   # H of operands that are strided [B, H, rows, E] views (n = B * H)
 
     def check(self, where) -> None:
         if self.L % BLOCK or self.S % BLOCK or self.E % 16 or not 16 <= self.E <= 128:
@@ -75,14 +79,21 @@ class Shape:
 class _Gen:
     """Emission helpers shared by the three kernels (one instance per kernel)."""
 
-    def __init__(self, shape: Shape):
+    def __init__(self, shape: Shape, operands: dict | None = None):
         self.s = shape
         self.t = t = _Text()
         self.E = shape.E
         self.types: dict[str, str] = {}        # shared tile -> its memref type
+        # operand -> its memref type where it is a strided [B, H, rows, E] view (indexed
+        # [bz / H, bz % H, row, col]) instead of a contiguous [N, rows, E] buffer
+        self.operands = dict(operands or {})
         self.tid = t.emit("gpu.thread_id x")
         self.bx = t.emit("gpu.block_id x")
         self.bz = t.emit("gpu.block_id y")
+        if self.operands:
+            heads = shape.heads
+            self.batch = t.arith("divui", self.bz, heads)
+            self.head = t.arith("remui", self.bz, heads)
         self.lane = t.arith("remui", self.tid, 32)
         self.wrow = t.mul(t.arith("divui", self.tid, 32), 16)      # the warp's first row
         self.g = t.arith("divui", self.lane, 4)                    # accumulator row (and +8)
@@ -119,6 +130,17 @@ class _Gen:
             x = self.f(op, x, self.shuffle_xor(x, off))
         return x
 
+    # -- operands
+    def type_of(self, name: str, default: str) -> str:
+        """The memref type of operand ``name``: its strided view's, else ``default``."""
+        return self.operands.get(name, default)
+
+    def at(self, name: str, row: str, col: str) -> str:
+        """``name[...]`` at (this block's batch entry, ``row``, ``col``)."""
+        if name in self.operands:
+            return f"{name}[{self.batch}, {self.head}, {row}, {col}]"
+        return f"{name}[{self.bz}, {row}, {col}]"
+
     # -- shared memory
     def shared(self, name: str, stages: int = 2) -> str:
         """A [stages][64][E + PAD] bf16 tile in dynamic shared memory."""
@@ -135,9 +157,9 @@ class _Gen:
             lin = t.add(self.tid, n * THREADS)
             r = t.arith("divui", lin, chunks)
             c8 = t.mul(t.arith("remui", lin, chunks), 8)
-            t.emit(f"nvgpu.device_async_copy {src}[{self.bz}, {t.add(row0, r)}, {c8}], "
-                   f"{smem}[{stage}, {r}, {c8}], 8 {{bypassL1}} : {src_type} to "
-                   f"{self.types[smem]}")
+            t.emit(f"nvgpu.device_async_copy {self.at(src, t.add(row0, r), c8)}, "
+                   f"{smem}[{stage}, {r}, {c8}], 8 {{bypassL1}} : "
+                   f"{self.type_of(src, src_type)} to {self.types[smem]}")
 
     def commit(self) -> None:
         self.t.line("nvvm.cp.async.commit.group")
@@ -239,8 +261,8 @@ class _Gen:
                 lo = t.emit(f"arith.truncf {x} : f32 to bf16")
                 hi = t.emit(f"arith.truncf {y} : f32 to bf16")
                 v = t.emit(f"vector.from_elements {lo}, {hi} : vector<2xbf16>")
-                t.line(f"vector.store {v}, {dst}[{self.bz}, {row}, {col}] {{alignment = 4}} "
-                       f": {dst_type}, vector<2xbf16>")
+                t.line(f"vector.store {v}, {self.at(dst, row, col)} {{alignment = 4}} "
+                       f": {self.type_of(dst, dst_type)}, vector<2xbf16>")
 
     def open_loop(self, lo: str, hi: str, carried: list[str]) -> tuple[str, list[str], str]:
         t = self.t
@@ -277,7 +299,7 @@ class _Gen:
             views.append(f"{smem} = memref.view %dyn[{t.const(offset)}][] : {dyn} to {stype}")
             offset += _bytes(stype)
         body = "\n      ".join(t.const_lines + views + t.lines)
-        sig = ", ".join(f"{a}: {ty}" for a, ty in args)
+        sig = ", ".join(f"{a}: {self.type_of(a, ty)}" for a, ty in args)
         text = (f"gpu.module @{name} {{\n  gpu.func @{kernel}({sig}) kernel attributes "
                 f"{{known_block_size = array<i32: {THREADS}, 1, 1>}} {{\n      {body}\n"
                 "      gpu.return\n    }\n}")
@@ -288,9 +310,10 @@ def _mem(n: int, rows: int, E: int | None = None, elem: str = "bf16") -> str:
     return f"memref<{n}x{rows}x{E}x{elem}>" if E is not None else f"memref<{n}x{rows}x{elem}>"
 
 
-def forward_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
+def forward_kernel(shape: Shape, name: str, operands: dict | None = None
+                   ) -> tuple[str, tuple, tuple, int]:
     """(module text, grid, block, dynamic shared bytes) of ``o, lse = attention(q, k, v)``."""
-    g = _Gen(shape)
+    g = _Gen(shape, operands)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, ks, vs = g.shared("%Qs", 1), g.shared("%Ks"), g.shared("%Vs")
@@ -370,9 +393,10 @@ def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None)
     return out
 
 
-def dq_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
+def dq_kernel(shape: Shape, name: str, operands: dict | None = None
+              ) -> tuple[str, tuple, tuple, int]:
     """dQ of ``latch.attention_grad``: per query block, a loop over key tiles."""
-    g = _Gen(shape)
+    g = _Gen(shape, operands)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, dos, ks, vs = g.shared("%Qs", 1), g.shared("%dOs", 1), g.shared("%Ks"), g.shared("%Vs")
@@ -418,10 +442,11 @@ def dq_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
     return text, (s.L // BLOCK, s.n, 1), (THREADS, 1, 1), shared
 
 
-def dkdv_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
+def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None
+                ) -> tuple[str, tuple, tuple, int]:
     """dK and dV of ``latch.attention_grad``: per key block, a loop over query tiles, with
     the keys as the rows of every product (``K Qᵀ``, ``V dOᵀ``)."""
-    g = _Gen(shape)
+    g = _Gen(shape, operands)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     ks, vs, qs, dos = g.shared("%Ks", 1), g.shared("%Vs", 1), g.shared("%Qs"), g.shared("%dOs")
@@ -481,22 +506,46 @@ def dkdv_kernel(shape: Shape, name: str) -> tuple[str, tuple, tuple, int]:
 # ---------------------------------------------------------------------------------------
 # the pass
 # ---------------------------------------------------------------------------------------
-def _shape_of(op) -> Shape:
+def _shape_of(op) -> tuple[Shape, set]:
+    """(the op's Shape, the operand numbers that are strided [B, H, rows, E] views)."""
     from mlir import ir
 
     q, k = (ir.MemRefType(op.operands[i].type) for i in (0, 1))
     qs, ks = list(q.shape), list(k.shape)
-    for v in op.operands:
+    strided, heads = set(), set()
+    for i, (v, rows) in enumerate(zip(op.operands, _RANKS[op.name])):
         t = ir.MemRefType(v.type)
-        if not t.has_static_shape or t.layout != ir.AffineMapAttr.get(
+        if t.has_static_shape and t.layout == ir.AffineMapAttr.get(
                 ir.AffineMap.get_identity(t.rank)):
-            raise PassError(f"latch-form-attention-kernels: '{op.name}' needs static, "
-                            f"contiguous (identity layout) buffers; got {t}", op.location)
+            continue
+        if rows == 2 and strided_view(t):
+            strided.add(i)
+            heads.add(t.shape[1])
+            continue
+        raise PassError(f"latch-form-attention-kernels: '{op.name}' needs static buffers, "
+                        "contiguous (identity layout) or [B, H, rows, E] views whose rows "
+                        f"are contiguous and 16-byte aligned; got {t}", op.location)
+    if len(heads) > 1:
+        raise PassError(f"latch-form-attention-kernels: '{op.name}' has strided operands "
+                        f"with different head counts {sorted(heads)}", op.location)
     shape = Shape(n=math.prod(qs[:-2]), L=qs[-2], S=ks[-2], E=qs[-1],
                   causal=attr_value(op.attributes["causal"]),
-                  scale=attr_value(op.attributes["scale"]))
+                  scale=attr_value(op.attributes["scale"]),
+                  heads=heads.pop() if heads else 1)
     shape.check(op.location)
-    return shape
+    return shape, strided
+
+
+def strided_view(t) -> bool:
+    """Whether memref type ``t`` is a static [B, H, rows, E] view the kernels can index
+    directly: unit stride along E, every other stride and the offset multiples of 16 bytes
+    (the 16-byte ``cp.async`` copies and the 4-byte stores stay aligned)."""
+    from mlir import ir
+
+    if not t.has_static_shape or t.rank != 4 or not isinstance(t.element_type, ir.BF16Type):
+        return False
+    strides, offset = t.get_strides_and_offset()
+    return strides[-1] == 1 and all(x % 8 == 0 for x in strides[:-1]) and offset % 8 == 0
 
 
 def _collapsed(value, rows_dims: int):
@@ -523,6 +572,10 @@ _KERNEL_NAMES = {forward_kernel: "attention", dq_kernel: "attention_dq",
 # operand -> dimensions after the batch: 2 for [.., rows, E], 1 for [.., rows]
 _RANKS = {"latch.attention": (2, 2, 2, 2, 1),
           "latch.attention_grad": (2, 2, 2, 1, 2, 1, 2, 2, 2)}
+# operand -> its name in the kernels' text
+_NAMES = {"latch.attention": ("%Q", "%K", "%V", "%O", "%LSE"),
+          "latch.attention_grad": ("%Q", "%K", "%V", "%LSE", "%dO", "%DELTA", "%dQ", "%dK",
+                                   "%dV")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -553,11 +606,14 @@ class FormAttentionKernels(ModulePass):
         index = ir.IndexType.get()
         i32 = ir.IntegerType.get_signless(32)
         for op in found:
-            shape = _shape_of(op)
+            shape, strided = _shape_of(op)
             kernels = [forward_kernel] if op.name == "latch.attention" else \
                 [dq_kernel, dkdv_kernel]
+            names = _NAMES[op.name]
+            views = {names[i]: str(op.operands[i].type) for i in strided}
             with ir.InsertionPoint(op), op.location:
-                operands = [_collapsed(v, r) for v, r in zip(op.operands, _RANKS[op.name])]
+                operands = [v if i in strided else _collapsed(v, r)
+                            for i, (v, r) in enumerate(zip(op.operands, _RANKS[op.name]))]
                 if op.name == "latch.attention":
                     launches = [operands]
                 else:
@@ -566,7 +622,7 @@ class FormAttentionKernels(ModulePass):
                                 [q, k, v, lse, do, delta, dk, dv]]
                 for make, args in zip(kernels, launches):
                     name = fresh_symbol("latch_attention_", taken)
-                    text, grid, block, shared = make(shape, name)
+                    text, grid, block, shared = make(shape, name, views)
                     parsed = ir.Module.parse(text)      # kept alive until detached
                     kernel_module = _op(parsed.body.operations[0])
                     ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())

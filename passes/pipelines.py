@@ -65,8 +65,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
-         "canonicalize", "cse", "latch-schedule-collectives", "latch-write-in-place",
-         "latch-plan-memory"),
+         "canonicalize", "cse", "latch-schedule-collectives", "latch-attention-views",
+         "latch-write-in-place", "latch-plan-memory"),
     ),
     NamedPipeline(
         "latch-form-kernels",

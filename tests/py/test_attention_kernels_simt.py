@@ -119,3 +119,83 @@ def test_unsupported_shape_is_a_located_error():
     from mlir.ir import MLIRError
     with pytest.raises(MLIRError, match=r'"-":2:3: latch-form-attention-kernels: .*multiples'):
         _run_pass(_module([1], 40, 40, 32, True, 0.2, grad=False))
+
+
+def _fused_module(B, H, L, E, grad: bool) -> str:
+    """@main reading q, k, v as strided [B, H, L, E] views of a fused projection output
+    [B, L, 3 * H * E] (what latch-attention-views leaves), writing dQ, dK, dV into views of
+    its gradient."""
+    n = 3 * H * E
+    fused = f"memref<{B}x{L}x{n}xbf16>"
+    heads = f"memref<{B}x{H}x{L}x{E}xbf16>"
+    lse = f"memref<{B}x{H}x{L}xf32>"
+
+    def view(src, part):
+        t = (f"memref<{B}x{H}x{L}x{E}xbf16, strided<[{L * n}, {E}, {n}, 1], "
+             f"offset: {part * H * E}>>")
+        return (f"memref.reinterpret_cast {src} to offset: [{part * H * E}], sizes: [{B}, {H}, "
+                f"{L}, {E}], strides: [{L * n}, {E}, {n}, 1] : {fused} to {t}", t)
+
+    attrs = f"{{causal = true, scale = {1 / math.sqrt(E)!r} : f64}}"
+    lines, types = [], []
+    for i, (src, name) in enumerate([("%qkv", "%q"), ("%qkv", "%k"), ("%qkv", "%v")]):
+        text, t = view(src, i)
+        lines.append(f"  {name} = {text}")
+        types.append(t)
+    if not grad:
+        return (f"func.func @main(%qkv: {fused}, %o: {heads}, %lse: {lse}) {{\n"
+                + "\n".join(lines) + "\n"
+                f'  "latch.attention"(%q, %k, %v, %o, %lse) {attrs} : '
+                f"({', '.join(types)}, {heads}, {lse}) -> ()\n  return\n}}")
+    for i, name in enumerate(("%dq", "%dk", "%dv")):
+        text, t = view("%dqkv", i)
+        lines.append(f"  {name} = {text}")
+        types.append(t)
+    return (f"func.func @main(%qkv: {fused}, %lse: {lse}, %do: {heads}, %delta: {lse}, "
+            f"%dqkv: {fused}) {{\n" + "\n".join(lines) + "\n"
+            f'  "latch.attention_grad"(%q, %k, %v, %lse, %do, %delta, %dq, %dk, %dv) {attrs} : '
+            f"({', '.join(types[:3])}, {lse}, {heads}, {lse}, {', '.join(types[3:])}) -> ()\n"
+            "  return\n}")
+
+
+def test_strided_head_views_give_the_same_bits():
+    """q, k, v read as strided [B, H, L, E] views of the fused projection output and dQ, dK,
+    dV written into views of its gradient (latch-attention-views: no transposed copies)
+    give exactly the bits of the contiguous [B, H, L, E] buffers."""
+    B, H, L, E = 1, 2, 64, 16
+    scale = 1.0 / math.sqrt(E)
+    g = torch.Generator().manual_seed(4)
+    qkv = _bf16([B, L, 3 * H * E], g)
+    q, k, v = (qkv[..., i * H * E:(i + 1) * H * E].reshape(B, L, H, E).transpose(1, 2)
+               .contiguous() for i in range(3))
+    m, ctx = _run_pass(_fused_module(B, H, L, E, grad=False))
+    assert "memref.reinterpret_cast" in str(m).split("gpu.module")[0]
+    with ctx:
+        sim = Simt(m)
+        sim.run([qkv.numpy(), np.zeros([B, H, L, E]), np.zeros([B, H, L])])
+        o_view, lse_view = sim.arguments[1], sim.arguments[2]
+    m2, ctx2 = _run_pass(_module([B, H], L, L, E, True, scale, grad=False))
+    with ctx2:
+        sim = Simt(m2)
+        sim.run([q.numpy(), k.numpy(), v.numpy(), np.zeros([B, H, L, E]), np.zeros([B, H, L])])
+        o, lse = sim.arguments[3], sim.arguments[4]
+    assert np.array_equal(np.asarray(o_view), np.asarray(o))
+    assert np.array_equal(np.asarray(lse_view), np.asarray(lse))
+
+    do = _bf16([B, H, L, E], g)
+    delta = (do * torch.as_tensor(np.asarray(o, np.float64))).sum(-1)
+    m, ctx = _run_pass(_fused_module(B, H, L, E, grad=True))
+    with ctx:
+        sim = Simt(m)
+        sim.run([qkv.numpy(), np.asarray(lse), do.numpy(), delta.numpy(),
+                 np.zeros([B, L, 3 * H * E])])
+        dqkv = torch.as_tensor(np.asarray(sim.arguments[4], np.float64))
+    m2, ctx2 = _run_pass(_module([B, H], L, L, E, True, scale, grad=True))
+    with ctx2:
+        sim = Simt(m2)
+        sim.run([q.numpy(), k.numpy(), v.numpy(), np.asarray(lse), do.numpy(), delta.numpy(),
+                 *[np.zeros([B, H, L, E]) for _ in range(3)]])
+        grads = [torch.as_tensor(np.asarray(x, np.float64)) for x in sim.arguments[6:]]
+    for i, want in enumerate(grads):
+        got = dqkv[..., i * H * E:(i + 1) * H * E].reshape(B, L, H, E).transpose(1, 2)
+        assert torch.equal(got, want)
