@@ -11,7 +11,9 @@ dimension:
 * **Rows** (that dimension is walked by a reduction loop: a softmax's row max): a
   **warp** (32 lanes; 8 warps, i.e. 8 outputs, per 256-thread block) per output when the
   reduction has fewer than ``_BLOCK_MIN`` elements: lane ``l`` combines elements
-  ``l, l + 32, ...`` in a register, then five ``gpu.shuffle xor`` steps combine the lanes;
+  ``l, l + 32, ...`` in a register, then five ``gpu.shuffle xor`` steps combine the lanes
+  (rows under 256 elements: a group of 4 to 16 lanes, about 8 elements a lane, several
+  outputs a warp, :func:`short_row_lanes`);
   a **block** of 256 threads for longer reductions: thread ``t`` combines elements
   ``t, t + 256, ...``, then ``gpu.all_reduce`` combines the block.  Reduction elements are
   numbered with the last reduction loop varying fastest, so consecutive lanes read
@@ -79,6 +81,7 @@ _MIN_ELEMENTS = 32      # shorter reductions stay one loop per thread
 _BLOCK_MIN = 4096       # from here on a whole block per output element
 _BLOCK = 256
 _WARP = 32
+_PER_LANE = 8           # elements a lane of a short row's group combines (short_row_lanes)
 _UNROLL = 4             # copies of the body per trip of a thread's strided loop
 _SECTOR_BITS = 256      # 32 bytes: a column tile is this wide in the input
 _COLUMN_THREADS = 1024  # at most this many threads per column-tile block
@@ -413,8 +416,8 @@ def _emit(op, info) -> None:
     out = list(op.operands)[-1]
     n_out = math.prod(ranges[d] for d in par)
     n_red = math.prod(ranges[d] for d in red)
-    per_block = 1 if n_red >= _BLOCK_MIN else _BLOCK // _WARP
-    group = _BLOCK if per_block == 1 else _WARP
+    group = _BLOCK if n_red >= _BLOCK_MIN else short_row_lanes(n_red)
+    per_block = _BLOCK // group
     with ir.InsertionPoint(op), op.location:
         c1 = index_constant(1)
         launch = gpu.LaunchOp((index_constant(-(-n_out // per_block)), c1, c1),
@@ -428,9 +431,13 @@ def _emit(op, info) -> None:
             scaled = ir.Operation.create("arith.muli", [index],
                                          [bid, index_constant(per_block)]).result
             row = ir.Operation.create("arith.addi", [index], [scaled, sub]).result
-        guard = None
-        if n_out % per_block:                       # the last block's extra warps idle
+        guard, inside = None, None
+        if n_out % per_block and group >= _WARP:    # the last block's extra warps idle
             guard = scf.IfOp(compare("ult", row, index_constant(n_out)))
+        elif n_out % per_block:      # groups share warps: all shuffle, on the last row
+            inside = compare("ult", row, index_constant(n_out))
+            row = ir.Operation.create("arith.select", [index],
+                                      [inside, row, index_constant(n_out - 1)]).result
         ip = ir.InsertionPoint(guard.then_block) if guard else ir.InsertionPoint(lb)
     with ip, op.location:
         dims = [None] * len(ranges)
@@ -441,8 +448,11 @@ def _emit(op, info) -> None:
             kind = (_LOGICAL if info.logical else _COMBINERS)[info.comb.name][0]
             total = _narrow(block_all_reduce(_widen(partial, info), kind), info)
         else:
-            total = _narrow(_warp_reduce(_widen(partial, info), info.comb.name), info)
-        store = scf.IfOp(compare("eq", lane, index_constant(0)))
+            total = _narrow(_warp_reduce(_widen(partial, info), info.comb.name, group), info)
+        first = compare("eq", lane, index_constant(0))
+        if inside is not None:
+            first = ir.Operation.create("arith.andi", [first.type], [first, inside]).result
+        store = scf.IfOp(first)
         with ir.InsertionPoint(store.then_block):
             _store_total(out, indices(info.maps[-1], dims), total, info)
             scf.YieldOp([])
@@ -463,16 +473,28 @@ def block_all_reduce(value, kind: str):
                     "uniform": ir.UnitAttr.get()}, regions=1).result
 
 
-def _warp_reduce(value, combine: str):
-    """Combine ``value`` (f32 or i32) across the 32 lanes of a warp (butterfly of
-    ``gpu.shuffle xor``; every lane ends with the total)."""
+def short_row_lanes(n_red: int) -> int:
+    """Lanes combining one output of a reduction shorter than ``_BLOCK_MIN``: a power of two
+    giving each lane about ``_PER_LANE`` elements, from 4 to a warp (32) — a 64-element row
+    (attention's ``delta``, one per query and head) takes 8 lanes, four rows a warp, instead
+    of a warp whose lanes each combine two elements."""
+    return max(4, min(_WARP, _pow2_at_least(-(-n_red // _PER_LANE))))
+
+
+def _warp_reduce(value, combine: str, lanes: int = _WARP):
+    """Combine ``value`` (f32 or i32) across each aligned group of ``lanes`` lanes of a warp
+    (butterfly of ``gpu.shuffle xor``; every lane ends with its group's total)."""
     from mlir import ir
 
     i32 = ir.IntegerType.get_signless(32)
     t = value.type
     width = ir.Operation.create("arith.constant", [i32],
                                 attributes={"value": ir.IntegerAttr.get(i32, _WARP)}).result
-    for offset in (16, 8, 4, 2, 1):
+    offsets = []
+    while lanes > 1:
+        lanes //= 2
+        offsets.append(lanes)
+    for offset in offsets:
         off = ir.Operation.create("arith.constant", [i32],
                                   attributes={"value": ir.IntegerAttr.get(i32, offset)}).result
         other = ir.Operation.create(
