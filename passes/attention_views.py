@@ -177,6 +177,30 @@ def _forward_input(ops, x) -> bool:
     return True
 
 
+def _redirect(ops, a, i: int, w, base, view_t, copy) -> bool:
+    """Make operand ``i`` of ``a`` the ``view_t`` reinterpretation of allocation ``base``
+    (the copy destination ``w``'s elements) when the kernels can index it and nothing
+    between ``a`` and ``copy`` touches ``w``'s elements; ``base``'s allocation moves in
+    front of ``a``.  True when done."""
+    from mlir import ir
+
+    if not _usable(view_t):
+        return False
+    box = box_in(w, base)
+    for o in ops[_position(ops, a) + 1:_position(ops, copy)]:
+        if o.name in _INERT:
+            continue
+        for v in memrefs_used(o):
+            if root(v) == base and not boxes_disjoint(box, box_in(v, base)):
+                return False
+    alloc = _op(base.owner)
+    if _position(ops, alloc) > _position(ops, a):
+        alloc.move_before(a)
+    with ir.InsertionPoint(a), a.location:
+        a.operands[i] = _reinterpret(base, view_t)
+    return True
+
+
 def _write_output(ops, a, i: int) -> bool:
     """Make operand ``i`` of attention op ``a`` the destination of the transposed copy that
     is its only reader (module docstring); True when done."""
@@ -202,21 +226,8 @@ def _write_output(ops, a, i: int) -> bool:
     if hasattr(base.owner, "arguments") or _op(base.owner).name != "memref.alloc" or \
             not wt.has_static_shape or not identity_layout(ir.MemRefType(base.type)):
         return False
-    view_t = _view_type(wt, q)
-    if not _usable(view_t):
+    if not _redirect(ops, a, i, w, base, _view_type(wt, q), c):
         return False
-    box = box_in(w, base)
-    for o in ops[_position(ops, a) + 1:_position(ops, c)]:
-        if o.name in _INERT:
-            continue
-        for v in memrefs_used(o):
-            if root(v) == base and not boxes_disjoint(box, box_in(v, base)):
-                return False
-    alloc = _op(base.owner)
-    if _position(ops, alloc) > _position(ops, a):
-        alloc.move_before(a)
-    with ir.InsertionPoint(a), a.location:
-        a.operands[i] = _reinterpret(base, view_t)
     c.erase()
     if not list(z.uses):
         _op(z.owner).erase()
@@ -286,21 +297,9 @@ def _write_through_copy(ops, a, i: int) -> bool:
     vt = ir.MemRefType(v.type)
     layout = ir.StridedLayoutAttr.get(w_offset, [p_in_w[p_strides.index(x)] for x in v_strides])
     new_t = ir.MemRefType.get(list(vt.shape), vt.element_type, layout, vt.memory_space)
-    if not _usable(new_t):
-        return False
-    box = box_in(w, base)
-    for o in ops[_position(ops, a) + 1:_position(ops, copy)]:
-        if o.name in _INERT:
-            continue
-        for x in memrefs_used(o):
-            if root(x) == base and not boxes_disjoint(box, box_in(x, base)):
-                return False
-    alloc = _op(base.owner)
-    if _position(ops, alloc) > _position(ops, a):
-        alloc.move_before(a)
     view = _op(v.owner)
-    with ir.InsertionPoint(a), a.location:
-        a.operands[i] = _reinterpret(base, new_t)
+    if not _redirect(ops, a, i, w, base, new_t, copy):
+        return False
     copy.erase()
     if not list(reshape.results[0].uses):
         reshape.erase()
