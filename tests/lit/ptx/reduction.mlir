@@ -1,6 +1,8 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | FileCheck %s
-// A row-sum: one warp per row; each lane sums a strided part of the row in a register, five
-// butterfly shuffles add the lanes, lane 0 adds the total to the output.
+// A row-sum of 96-element rows: a group of 16 lanes per row (row_reductions.short_row_lanes:
+// about 8 elements a lane, two rows a warp); each lane sums a strided part of the row in a
+// register, four butterfly shuffles add the group's lanes, lane 0 adds the total to the
+// output.
 
 // CHECK-LABEL: gpu.binary "row_sum_kernel
 // CHECK: .visible .entry row_sum_kernel(
@@ -8,7 +10,8 @@
 // CHECK: .visible .entry row_sum_kernel(
 // CHECK: ld.global.b32
 // CHECK: add.rn.f32
-// CHECK-COUNT-5: shfl.sync.bfly.b32
+// CHECK-COUNT-4: shfl.sync.bfly.b32
+// CHECK-NOT: shfl.sync.bfly.b32
 // CHECK: ld.global.b32
 // CHECK: add.rn.f32
 // CHECK: st.global.b32
