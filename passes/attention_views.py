@@ -33,6 +33,7 @@ Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-attention-view
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.buffer_views import (VIEW_OPS, box_in, boxes_disjoint, identity_layout,
@@ -317,21 +318,12 @@ def _overwritten_whole(view_op, p) -> bool:
     from mlir import ir
 
     if view_op is None or view_op.name != "memref.reinterpret_cast" or \
-            ir.MemRefType(view_op.results[0].type).shape == [] or \
-            _numel(view_op.results[0]) != _numel(p):
+            math.prod(ir.MemRefType(view_op.results[0].type).shape) != \
+            math.prod(ir.MemRefType(p.type).shape):
         return False
     users = [(_op(u.owner), u.operand_number) for u in view_op.results[0].uses]
     return bool(users) and all(o.name in _GRADIENTS and n in _GRADIENTS[o.name]
                                for o, n in users)
-
-
-def _numel(v) -> int:
-    from mlir import ir
-
-    n = 1
-    for d in ir.MemRefType(v.type).shape:
-        n *= d
-    return n
 
 
 @dataclasses.dataclass(frozen=True)

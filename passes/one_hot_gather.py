@@ -40,7 +40,8 @@ from __future__ import annotations
 import math
 
 from latch.passes.base import operation as _op
-from latch.passes.buffer_views import arena_span, root, slots_overlap, users
+from latch.passes.buffer_views import arena_span, identity_layout, root, slots_overlap, users
+from latch.passes.fixed_point_scatter import _int as const, _kind
 from latch.passes.generic_body import (compare, delinearize, flat_launch, guarded_launch,
                                        index_constant)
 from latch.passes.one_hot_scatter import Scatter, _target, _value, in_range
@@ -112,8 +113,7 @@ def rounded_copy(sc: Scatter):
     if order != sorted(sc.row_dims, key=order.index) + \
             sorted(_value_dims(sc), key=order.index) or order[:len(sc.row_dims)] != sc.row_dims:
         return None
-    if ir.MemRefType(c.type).layout != ir.AffineMapAttr.get(
-            ir.AffineMap.get_identity(len(order))):
+    if not identity_layout(ir.MemRefType(c.type)):
         return None
     ops = [_op(o) for o in op.operation.block.operations]
     at = next(i for i, o in enumerate(ops) if o == op)
@@ -132,8 +132,7 @@ def rounded_copy(sc: Scatter):
     n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
     out_t = ir.MemRefType(out.type)
     if prefix is None or prefix % n_values or not out_t.has_static_shape or \
-            math.prod(out_t.shape) != prefix or \
-            out_t.layout != ir.AffineMapAttr.get(ir.AffineMap.get_identity(out_t.rank)):
+            math.prod(out_t.shape) != prefix or not identity_layout(out_t):
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
     if maps[0] != maps[1] or not maps[0].is_permutation or not _pure_function_of_input(g):
@@ -271,15 +270,10 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
         overflow = view(overflow_at, k_total)
         heavy = view(heavy_at, rows)
 
-    def const(t, v):
-        return ir.Operation.create("arith.constant", [t],
-                                   attributes={"value": ir.IntegerAttr.get(t, v)}).result
-
     def cast(v, t):
         return ir.Operation.create("arith.index_cast", [t], [v]).result
 
     def atomic_add_i32(buffer, at):
-        from latch.passes.fixed_point_scatter import _kind
         return ir.Operation.create("memref.atomic_rmw", [i32], [const(i32, 1), buffer, at],
                                    attributes={"kind": _kind("addi")}).result
 
@@ -393,16 +387,15 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
             split = scf.IfOp(light, has_else=True)
             with ir.InsertionPoint(split.then_block):
                 values = [_apply_copy_body(copy[0], acc) for acc in accs]
-                flat = [first] + [ir.Operation.create(
-                    "arith.addi", [index], [first, index_constant(w)]).result
-                    for w in range(1, width)]
                 if vector_store:
                     out_shape = list(ir.MemRefType(copy[1].type).shape)
                     at = [None] * len(out_shape)
                     delinearize(first, list(range(len(out_shape)))[::-1], out_shape, at)
                     _store_vector(values, copy[1], at)
                 else:
-                    for value, e in zip(values, flat):
+                    for w, value in enumerate(values):
+                        e = first if not w else ir.Operation.create(
+                            "arith.addi", [index], [first, index_constant(w)]).result
                         _store_at(value, copy[1], e)
                 scf.YieldOp([])
             with ir.InsertionPoint(split.else_block):
@@ -434,7 +427,6 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
         delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
         delinearize(t, sc.row_dims[::-1], con.sizes, dims)
         v = _value(sc, dims)
-        from latch.passes.fixed_point_scatter import _kind
         where = [dims[d] for _, d in con.maps[-1]]
         ir.Operation.create("memref.atomic_rmw", [f32], [v, con.c] + where,
                             attributes={"kind": _kind("addf")})
@@ -500,8 +492,7 @@ def _vector_store_ok(buffer, width: int) -> bool:
     from mlir import ir
 
     t = ir.MemRefType(buffer.type)
-    return width > 1 and t.layout == ir.AffineMapAttr.get(
-        ir.AffineMap.get_identity(t.rank)) and t.shape[-1] % width == 0
+    return width > 1 and identity_layout(t) and t.shape[-1] % width == 0
 
 
 def _store_vector(values, buffer, at) -> None:
@@ -527,10 +518,3 @@ def _sorted(keys: list) -> list:
         keys[a], keys[b] = lo, hi
     return keys
 
-
-def finish(sc: Scatter, copy) -> None:
-    """After :func:`emit_gather`: the rounding copy the gather wrote goes, and the zero
-    fills of the output (the gather wrote every element it reads, or the f32 output is read
-    only for heavy rows, which the gather wrote)."""
-    if copy is not None:
-        copy[0].erase()
