@@ -7,7 +7,7 @@ two factors both reach shared memory by 16-byte copies (``_staging``: ``k``/``ro
 ``mma.sync`` kernel.
 
 Block: 256 threads, two *warpgroups* of 4 warps; a 128 x ``BN`` output tile (BN 128 or
-256, :func:`n_tile`), warpgroup g
+256, and the split-K factor, chosen by the cost model of :func:`tiling`), warpgroup g
 owning rows 64g .. 64g + 63 as one ``wgmma.mma_async m64n{BN}k16`` accumulator (BN / 2 f32
 registers a thread, carried through the k-loop as one LLVM struct).  k-tiles of 64 pass
 through ``STAGES`` shared-memory stages; each operand tile sits in a **128-byte swizzled**
@@ -51,10 +51,9 @@ from latch.passes.form_contraction_kernels import (
     _Text, copy_chunk, k_tile_range, open_edge_guard, output_index)
 
 BM, BK, THREADS = 128, 64, 256
-#: n width of the output tile (128 or 256; None: :func:`n_tile` chooses per contraction)
+#: n width of the output tile (128 or 256; None: :func:`tiling` chooses per contraction)
 #: and shared-memory stages; bench/gemm_shapes.py measures the alternatives
 BN, STAGES = None, 4
-_LONG_SLICE = 16                 # k-tiles a block needs to amortize a 128 x 256 tile
 _ROW_BYTES = 128                 # one swizzled row: 64 bf16
 _BLOCK_BYTES = 64 * _ROW_BYTES   # 64 rows (K-major) or 64 k-rows of a 64-row block (MN-major)
 
@@ -65,23 +64,55 @@ def wgmma_applies(con: Contraction) -> bool:
         con.size("k") % BK == 0
 
 
-def n_tile(con: Contraction) -> int:
-    """256 columns per block where the output has them, unless split-K (spreading the
-    reduction to fill the GPU) would leave each block fewer than ``_LONG_SLICE`` k-tiles;
-    else 128.  Measured on the H200 (bench/results/gemm_shapes-20261130T204458Z.json):
-    the wider tile is 5-50% faster on every B32 shape (the wgmma's B operand read once per
-    64 x 256 product instead of per 64 x 128), and slower where split-K leaves each block
-    4 k-tiles (B2's 768 x 2304 weight gradient over 2048 tokens: 0.107 vs 0.066 ms)."""
-    from latch.passes.form_contraction_kernels import split_factor
+#: The cost model :func:`tiling` chooses the tile width and the split-K factor by, fitted
+#: to the per-launch times of the TinyMoE B2 and B32 updates on the H200
+#: (bench/results/profile-tinymoe196m-b{2,32}-bf16-*.json, ``gpu_profile_launches.py``):
+#: a block per SM (the stages take 128 or 192 KiB), each *wave* of blocks costs a fixed
+#: ``_WAVE_US`` (pipeline fill, epilogue) plus ``_K_TILE_US[bn]`` per 64-deep k-tile; a
+#: split writes its f32 partial sums and a second kernel reads them back and adds them to
+#: the output (``_SUM_LAUNCH_US`` plus the bytes at ``_BYTES_PER_US``).
+_SMS = 132
+_WAVE_US = 3.0
+_K_TILE_US = {128: 0.45, 256: 0.72}
+_BYTES_PER_US = 3.3e6
+_SUM_LAUNCH_US = 2.0
+_MAX_SPLITS = 16
+_MIN_SLICE = 2                   # k-tiles a split-K block keeps at least
 
-    if BN is not None:
-        return BN
-    n, k_tiles = con.size("n"), con.size("k") // BK
-    if n < 256:
-        return 128
-    grid = (-(-n // 256), -(-con.size("m") // BM), max(1, con.size("batch")))
-    splits = split_factor(grid, k_tiles)
-    return 256 if splits == 1 or k_tiles // splits >= _LONG_SLICE else 128
+
+def estimated_us(con: Contraction, bn: int, splits: int) -> float:
+    """The cost model's time (us) of the contraction as 128 x ``bn`` tiles in ``splits``
+    k slices, adding the partial sums included."""
+    m, n, batch = con.size("m"), con.size("n"), max(1, con.size("batch"))
+    tiles = -(-n // bn) * -(-m // BM) * batch
+    k_tiles = -(-con.size("k") // BK)
+    waves = -(-tiles * splits // _SMS)
+    us = waves * (_WAVE_US + -(-k_tiles // splits) * _K_TILE_US[bn])
+    if splits > 1:         # f32 partials written and read back, the output written
+        us += _SUM_LAUNCH_US + 4 * m * n * batch * (2 * splits + 1) / _BYTES_PER_US
+    return us
+
+
+def tiling(con: Contraction) -> tuple[int, int]:
+    """(output tile width ``bn``, split-K factor) with the least :func:`estimated_us`:
+    256 columns where the output has them, 128 where that leaves fewer partial waves, and
+    k slices where the output tiles alone leave the GPU idle for long enough to pay for
+    the partial sums (fewer slices, then the wider tile, on a tie).  ``BN`` fixes the
+    width.  Examples (H200): B32's qkv projection (32768 x 2304, k 768) -> (256, 1); B2's
+    expert products (8 x 640 x 768, k 1024: 120 tiles of 256, one wave) -> (256, 1), where
+    the earlier fixed rule (enough slices for 528 blocks) took two slices of 128 columns
+    and a partial-sum pass; B2's 768 x 768 weight gradient over 2048 tokens -> 3 slices."""
+    k_tiles = -(-con.size("k") // BK)
+    widths = [BN] if BN is not None else [128] + ([256] if con.size("n") >= 256 else [])
+    options = [(estimated_us(con, bn, s), s, -bn) for bn in widths
+               for s in range(1, _MAX_SPLITS + 1) if s == 1 or k_tiles // s >= _MIN_SLICE]
+    _, splits, neg_bn = min(options)
+    return -neg_bn, splits
+
+
+def n_tile(con: Contraction) -> int:
+    """The output tile width :func:`tiling` chooses."""
+    return tiling(con)[0]
 
 
 def _desc_fields(mn_major: bool) -> int:

@@ -26,7 +26,9 @@ of a generated, shared-memory tiled kernel (one ``gpu.module`` per contraction):
 Refinements: an output that was just zero-filled (nothing reading it in between) is
 written, not read and added to, and the fill goes; an output with too few tiles to fill
 the GPU (a weight gradient summed over all tokens) is **split along k** into slices whose
-partial sums land in a per-function workspace and are then added in order (deterministic);
+partial sums land in a per-function workspace and are then added in order (deterministic;
+the wgmma kernel's tile width and slices come from a cost model fitted to the H200's
+measured launch times, ``contraction_wgmma.tiling``);
 a factor that is a 0/1 mask (an i1 converted to f32, in the body or read from a buffer whose
 last writer made it) lets the SIMT kernel **skip all-zero k-tiles** (``bar.red.or``); and
 a one-hot product ``C[row] += [t(k) == row] * V[k]`` — the dense form of ``index_add``/``index_put``/the
@@ -1341,14 +1343,17 @@ class FormContractionKernels(ModulePass):
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
             k_tile = _K_TILE[simt_kernel_text] if make is simt_kernel_text else \
                 mma_k_tiling()[0]
+            wgmma = False
             if make is mma_kernel_text and self.chip == "sm_90a":
                 from latch.passes import contraction_wgmma as wg
-                if wg.wgmma_applies(con):
+                wgmma = wg.wgmma_applies(con)
+                if wgmma:
                     make, k_tile = wg.wgmma_kernel_text, wg.BK
             if make is mma_kernel_text and wide_tiles(con):
                 make = _wide_mma_kernel_text
             text, grid, block, shared = make(con, name)
-            splits = split_factor(grid, -(-con.size("k") // k_tile))
+            splits = wg.tiling(con)[1] if wgmma else \
+                split_factor(grid, -(-con.size("k") // k_tile))    # wgmma: a cost model
             if splits > 1:
                 text, grid, block, shared = make(con, name, splits)
             elif con.zeroed_by is not None:

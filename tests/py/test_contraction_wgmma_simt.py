@@ -87,8 +87,10 @@ def test_tile_order_is_a_permutation_of_the_tiles():
         assert {m for m, _ in seen[:group * 2]} == set(range(min(group, gy)))
 
 
-def test_n_tile_rule():
-    """256 columns where the output has them, unless split-K leaves a block < 16 k-tiles."""
+def test_tiling_rule():
+    """The cost model's (tile width, k slices): 256 columns where the output has them and
+    the waves stay full, k slices only where the output tiles leave the GPU idle long
+    enough to pay for the partial sums."""
     from test_contraction_simt import contraction_text
 
     import latch.passes.contraction_wgmma as wg
@@ -96,20 +98,28 @@ def test_n_tile_rule():
     from mlir import ir
     import latch.dialect
 
-    def tile(m, n, k):
+    def tiling(m, n, k, batch=0):
         ctx = ir.Context()
         latch.dialect.load(ctx)
+        sizes = {"m": m, "n": n, "k": k}
+        idx = ("km", "kn", "mn")
+        if batch:
+            sizes = {"b": batch, **sizes}
+            idx = ("bkm", "bkn", "bmn")
         with ctx, ir.Location.unknown():
-            mod = ir.Module.parse(contraction_text({"m": m, "n": n, "k": k}, "km", "kn", "mn"))
+            mod = ir.Module.parse(contraction_text(sizes, *idx))
             f = mod.body.operations[0]
             op = next(o for o in f.regions[0].blocks[0].operations
                       if o.operation.name == "linalg.generic")
-            return wg.n_tile(match_contraction(op.operation))
+            return wg.tiling(match_contraction(op.operation))
 
-    assert tile(32768, 2304, 768) == 256          # B32's qkv projection
-    assert tile(2304, 768, 32768) == 256          # its weight gradient: split-K, long slices
-    assert tile(768, 2304, 2048) == 128           # B2's: split-K would leave 4 k-tiles a block
-    assert tile(32768, 128, 768) == 128           # too few columns
+    assert tiling(32768, 2304, 768) == (256, 1)       # B32's qkv projection
+    assert tiling(2304, 768, 32768) == (256, 2)       # its weight gradient: 54 tiles
+    assert tiling(1024, 768, 10240, 8) == (256, 2)    # B32's expert weight gradients
+    assert tiling(640, 768, 1024, 8) == (256, 1)      # B2's experts: 120 tiles, one wave
+    assert tiling(768, 2304, 2048) == (128, 1)        # B2's qkv weight gradient
+    assert tiling(768, 768, 2048) == (128, 3)         # B2's out-projection weight gradient
+    assert tiling(32768, 128, 768) == (128, 1)        # too few columns for 256
 
 
 def test_wgmma_batched():
