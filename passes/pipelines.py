@@ -58,6 +58,9 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "linalg-fuse-elementwise-ops",
          "latch-rematerialize-masks", "latch-recompute-elementwise",
          "linalg-fuse-elementwise-ops",
+         # a third time: a producer that the second fusion left reading a product rounded
+         # by all its readers (the SwiGLU gate, silu(bf16(x @ w1))) is copied into them
+         "latch-recompute-elementwise", "linalg-fuse-elementwise-ops",
          # short sums (the MoE's top-2 combine) become elementwise: fused into their reader
          "latch-unroll-short-reductions", "linalg-fuse-elementwise-ops",
          "latch-materialize-product-factors",

@@ -22,7 +22,11 @@ A producer qualifies when:
   as one) and none is larger than the result, so a reader that computes it reads at most
   as many bytes as it reads now (a rounding to bf16 stays: reading the bf16 copy is half the bytes of
   recomputing it from f32 — and latch-form-contraction-kernels lets the product that
-  feeds it write that copy directly);
+  feeds it write that copy directly); an f32 product that every reader takes rounded to
+  bf16 counts as its bf16 bytes in a producer that computes more than the rounding
+  (``_read_rounded``: the SwiGLU gate ``silu(bf16(x @ w1))`` is then recomputed in the
+  forward product and in the backward ``dy * s`` instead of written and read back — the
+  pipeline's third round catches it, once the second fusion has made it read the product);
 * it has 2 to ``max-readers`` readers, each a ``linalg.generic`` that takes it as an input
   indexed by all of its loops (every element read once — a row reduction qualifies, a
   contraction, which reads each element once per column of the other operand, does not:
@@ -104,12 +108,55 @@ def _is_recomputable(op) -> bool:
     if gathers is None or not _body_is_pure(op, gathers):
         return False
     out = _bytes(op.results[0].type)
-    sizes = [_bytes(v.type) for v in list(op.operands)[:n_in]]
+    computes = any(_op(o).name not in ("arith.truncf", "linalg.yield")
+                   for o in op.regions[0].blocks[0].operations)
+    sizes = [_bytes(v.type) // 2 if computes and _read_rounded(op, k) else _bytes(v.type)
+             for k, v in enumerate(list(op.operands)[:n_in])]
     if out <= 0 or any(s < 0 for s in sizes):
         return False
     # a gather reads one element of its source per element written: a large input
     return sum(1 for s in sizes if s * 8 > out) + len(gathers) <= 1 and \
         all(s <= out for s in sizes)
+
+
+def _uses_only_rounded(arg) -> bool:
+    """Whether a body argument is used, and only by ``arith.truncf`` to bf16."""
+    from mlir import ir
+
+    uses = [_op(u.owner) for u in arg.uses]
+    return bool(uses) and all(u.name == "arith.truncf" and
+                              isinstance(u.results[0].type, ir.BF16Type) for u in uses)
+
+
+def _read_rounded(op, k: int) -> bool:
+    """Whether input ``k`` of generic ``op`` is an f32 product (a contraction's result)
+    that every reader, ``op`` included, takes only rounded to bf16: as it does the SwiGLU
+    gate's ``silu(bf16(x @ w1))``, forward and backward.  latch-form-contraction-kernels
+    then writes that product rounded (``_rounding_readers``), so a copy of ``op`` reads
+    bf16 values: it counts as half its f32 bytes (for a producer that computes more than
+    the rounding itself: a bare rounding stays one kernel, as above)."""
+    from mlir import ir
+
+    v = op.operands[k]
+    if not isinstance(v.type, ir.RankedTensorType) or \
+            not isinstance(ir.RankedTensorType(v.type).element_type, ir.F32Type):
+        return False
+    owner = v.owner
+    if hasattr(owner, "arguments"):
+        return False
+    producer = _op(owner)
+    if producer.name not in ("linalg.matmul", "linalg.batch_matmul") and not (
+            producer.name == "linalg.generic" and
+            any("reduction" in str(a)
+                for a in ir.ArrayAttr(producer.attributes["iterator_types"]))):
+        return False
+    for use in v.uses:
+        reader = _op(use.owner)
+        if reader.name != "linalg.generic" or use.operand_number >= segments(reader)[0]:
+            return False
+        if not _uses_only_rounded(reader.regions[0].blocks[0].arguments[use.operand_number]):
+            return False
+    return True
 
 
 def _gathers(op) -> list | None:

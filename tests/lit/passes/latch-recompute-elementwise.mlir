@@ -516,3 +516,103 @@ func.func @gather_narrowing(%o: tensor<17x64xf32>, %slot: tensor<12xi64>, %g: te
   } -> tensor<12x64xf32>
   return %p, %q : tensor<12x64xf32>, tensor<12x64xf32>
 }
+
+// -----
+
+// A SwiGLU gate: s = bf16(silu(bf16(p))) of an f32 product p that every reader takes
+// rounded (latch-form-contraction-kernels will write p in bf16), read by the forward
+// product s * u and the backward dy * s: s is recomputed in both (reading p counts as
+// its bf16 bytes, no more than reading s).  A bare rounding of a product (r below, read
+// by two generics) stays one op: copying it moves nothing.
+
+// CHECK-LABEL: func.func @swiglu_gate(
+// CHECK-COUNT-2: math.exp
+// CHECK-NOT: math.exp
+// CHECK: return
+// CHECK-LABEL: func.func @bare_rounding(
+// CHECK-COUNT-1: arith.truncf
+// CHECK-NOT: arith.truncf
+// CHECK: return
+#mk = affine_map<(d0, d1, d2) -> (d0, d2)>
+#kn = affine_map<(d0, d1, d2) -> (d2, d1)>
+#mn = affine_map<(d0, d1, d2) -> (d0, d1)>
+#e2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @swiglu_gate(%x: tensor<8x16xbf16>, %w: tensor<16x32xbf16>, %u: tensor<8x32xbf16>,
+                       %dy: tensor<8x32xbf16>) -> (tensor<8x32xbf16>, tensor<8x32xbf16>) {
+  %z = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %p = linalg.generic {indexing_maps = [#mk, #kn, #mn], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%f : tensor<8x32xf32>) {
+    ^bb0(%a: bf16, %b: bf16, %o: f32):
+      %a32 = arith.extf %a : bf16 to f32
+      %b32 = arith.extf %b : bf16 to f32
+      %m = arith.mulf %a32, %b32 : f32
+      %s = arith.addf %o, %m : f32
+      linalg.yield %s : f32
+  } -> tensor<8x32xf32>
+  %eb = tensor.empty() : tensor<8x32xbf16>
+  %s = linalg.generic {indexing_maps = [#e2, #e2], iterator_types = ["parallel", "parallel"]}
+      ins(%p : tensor<8x32xf32>) outs(%eb : tensor<8x32xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %r = arith.truncf %a : f32 to bf16
+      %v = arith.extf %r : bf16 to f32
+      %n = arith.negf %v : f32
+      %x1 = math.exp %n : f32
+      %d = arith.addf %x1, %one : f32
+      %sg = arith.divf %one, %d : f32
+      %sv = arith.mulf %v, %sg : f32
+      %sb = arith.truncf %sv : f32 to bf16
+      linalg.yield %sb : bf16
+  } -> tensor<8x32xbf16>
+  %g = linalg.generic {indexing_maps = [#e2, #e2, #e2], iterator_types = ["parallel", "parallel"]}
+      ins(%s, %u : tensor<8x32xbf16>, tensor<8x32xbf16>) outs(%eb : tensor<8x32xbf16>) {
+    ^bb0(%a: bf16, %b: bf16, %o: bf16):
+      %m = arith.mulf %a, %b : bf16
+      linalg.yield %m : bf16
+  } -> tensor<8x32xbf16>
+  %du = linalg.generic {indexing_maps = [#e2, #e2, #e2], iterator_types = ["parallel", "parallel"]}
+      ins(%dy, %s : tensor<8x32xbf16>, tensor<8x32xbf16>) outs(%eb : tensor<8x32xbf16>) {
+    ^bb0(%a: bf16, %b: bf16, %o: bf16):
+      %m = arith.mulf %a, %b : bf16
+      linalg.yield %m : bf16
+  } -> tensor<8x32xbf16>
+  return %g, %du : tensor<8x32xbf16>, tensor<8x32xbf16>
+}
+
+func.func @bare_rounding(%x: tensor<8x16xbf16>, %w: tensor<16x32xbf16>, %u: tensor<8x32xbf16>)
+    -> (tensor<8x32xbf16>, tensor<8x32xbf16>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %p = linalg.generic {indexing_maps = [#mk, #kn, #mn], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%f : tensor<8x32xf32>) {
+    ^bb0(%a: bf16, %b: bf16, %o: f32):
+      %a32 = arith.extf %a : bf16 to f32
+      %b32 = arith.extf %b : bf16 to f32
+      %m = arith.mulf %a32, %b32 : f32
+      %s = arith.addf %o, %m : f32
+      linalg.yield %s : f32
+  } -> tensor<8x32xf32>
+  %eb = tensor.empty() : tensor<8x32xbf16>
+  %r = linalg.generic {indexing_maps = [#e2, #e2], iterator_types = ["parallel", "parallel"]}
+      ins(%p : tensor<8x32xf32>) outs(%eb : tensor<8x32xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %t = arith.truncf %a : f32 to bf16
+      linalg.yield %t : bf16
+  } -> tensor<8x32xbf16>
+  %g = linalg.generic {indexing_maps = [#e2, #e2, #e2], iterator_types = ["parallel", "parallel"]}
+      ins(%r, %u : tensor<8x32xbf16>, tensor<8x32xbf16>) outs(%eb : tensor<8x32xbf16>) {
+    ^bb0(%a: bf16, %b: bf16, %o: bf16):
+      %m = arith.mulf %a, %b : bf16
+      linalg.yield %m : bf16
+  } -> tensor<8x32xbf16>
+  %h = linalg.generic {indexing_maps = [#e2, #e2, #e2], iterator_types = ["parallel", "parallel"]}
+      ins(%r, %u : tensor<8x32xbf16>, tensor<8x32xbf16>) outs(%eb : tensor<8x32xbf16>) {
+    ^bb0(%a: bf16, %b: bf16, %o: bf16):
+      %m = arith.addf %a, %b : bf16
+      linalg.yield %m : bf16
+  } -> tensor<8x32xbf16>
+  return %g, %h : tensor<8x32xbf16>, tensor<8x32xbf16>
+}
