@@ -39,6 +39,7 @@ PASSES: dict[str, str] = {
     "latch-nonfinite-checks": "nonfinite_checks:NonfiniteChecks",
     "latch-dependent-launches": "dependent_launches:DependentLaunches",
     "latch-materialize-product-factors": "product_factors:MaterializeProductFactors",
+    "latch-fuse-siblings": "fuse_siblings:FuseSiblings",
 }
 
 

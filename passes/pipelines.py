@@ -64,6 +64,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          # short sums (the MoE's top-2 combine) become elementwise: fused into their reader
          "latch-unroll-short-reductions", "linalg-fuse-elementwise-ops",
          "latch-materialize-product-factors",
+         # two elementwise readers of the same tensor (the SwiGLU backward): one kernel
+         "latch-fuse-siblings",
          "latch-lower-collectives", "latch-lower-attention",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "
