@@ -72,7 +72,8 @@ from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
 from latch.passes.buffer_views import (VIEW_OPS, arena_span, last_writer, root,
                                        slots_overlap, users)
-from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation
+from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation, \
+    used_only_rounded_to_bf16
 from latch.passes import fixed_point_scatter as fixed_point
 from latch.passes import one_hot_gather
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
@@ -452,14 +453,7 @@ def _rounding_reader(g, c, ops):
     if sum(v == c for v in g.operands) != 1 or c not in ins:
         return None
     i = ins.index(c)
-    arg = g.regions[0].blocks[0].arguments[i]
-    bf16 = ir.BF16Type.get()
-    for use in arg.uses:
-        t = _op(use.owner)
-        if t.name != "arith.truncf" or t.results[0].type != bf16 or \
-                len(t.attributes) and "roundingmode" in t.attributes:
-            return None
-    if not list(arg.uses):
+    if not used_only_rounded_to_bf16(g.regions[0].blocks[0].arguments[i]):
         return None
     return g, i
 
@@ -1351,12 +1345,15 @@ class FormContractionKernels(ModulePass):
                     make, k_tile = wg.wgmma_kernel_text, wg.BK
             if make is mma_kernel_text and wide_tiles(con):
                 make = _wide_mma_kernel_text
-            text, grid, block, shared = make(con, name)
-            splits = wg.tiling(con)[1] if wgmma else \
-                split_factor(grid, -(-con.size("k") // k_tile))    # wgmma: a cost model
-            if splits > 1:
+            if wgmma:                # its slices come from a cost model, not from the grid
+                splits = wg.tiling(con)[1]
                 text, grid, block, shared = make(con, name, splits)
-            elif con.zeroed_by is not None:
+            else:
+                text, grid, block, shared = make(con, name)
+                splits = split_factor(grid, -(-con.size("k") // k_tile))
+                if splits > 1:
+                    text, grid, block, shared = make(con, name, splits)
+            if splits == 1 and con.zeroed_by is not None:
                 narrowing = _narrowing_reader(con)
                 rounding = _rounding_readers(con) if narrowing is None and \
                     ROUND_FOR_READERS else None

@@ -30,13 +30,7 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.generic_body import clone_body_ops, loop_ranges, segments
-
-
-def _maps(op) -> list:
-    from mlir import ir
-
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+from latch.passes.generic_body import clone_body_ops, indexing_maps, loop_ranges, segments
 
 
 def _candidate(op) -> bool:
@@ -52,7 +46,7 @@ def _candidate(op) -> bool:
     if n_out != 1 or not isinstance(op.results[0].type, ir.RankedTensorType) or \
             not ir.RankedTensorType(op.results[0].type).has_static_shape:
         return False
-    out_map = _maps(op)[-1]
+    out_map = indexing_maps(op)[-1]
     if out_map != ir.AffineMap.get_identity(out_map.n_dims):
         return False
     block = op.regions[0].blocks[0]
@@ -74,7 +68,7 @@ def _full_inputs(op, min_bytes: int) -> dict:
     from latch.passes.base import element_bits
 
     n_in, _ = segments(op)
-    maps = _maps(op)
+    maps = indexing_maps(op)
     out = set()
     for k in range(n_in):
         t = op.operands[k].type
@@ -112,12 +106,6 @@ def _is_empty(v) -> bool:
         not len(_op(owner).operands)
 
 
-def _ip(op):
-    from mlir import ir
-
-    return ir.InsertionPoint(op)
-
-
 def _fuse(a, b, at) -> None:
     """Replace generics ``a`` and ``b`` (``a`` first) by one with both results, placed at
     ``at`` (one of them)."""
@@ -125,7 +113,7 @@ def _fuse(a, b, at) -> None:
 
     na, _ = segments(a)
     nb, _ = segments(b)
-    maps_a, maps_b = _maps(a), _maps(b)
+    maps_a, maps_b = indexing_maps(a), indexing_maps(b)
     ins = [(a.operands[k], maps_a[k]) for k in range(na)]
     where = {}                                       # (value, map text) -> fused input index
     for k, (v, m) in enumerate(ins):
@@ -183,6 +171,8 @@ class FuseSiblings(ModulePass):
                 done = self._fuse_one(block)
 
     def _fuse_one(self, block) -> bool:
+        from mlir import ir
+
         ops = [_op(o) for o in block.operations]
         for j, b in enumerate(ops):
             if not _candidate(b):
@@ -205,7 +195,7 @@ class FuseSiblings(ModulePass):
                 if all(_is_empty(v) for v in late):   # B's operands all exist at A
                     for v in late:                    # (an empty init is made there)
                         k = list(b.operands).index(v)
-                        b.operands[k] = _op(v.owner).clone(ip=_ip(a)).results[0]
+                        b.operands[k] = _op(v.owner).clone(ip=ir.InsertionPoint(a)).results[0]
                     _fuse(a, b, a)
                     return True
         return False

@@ -14,6 +14,28 @@ def segments(op) -> tuple[int, int]:
     return seg[0], seg[1]
 
 
+def indexing_maps(op) -> list:
+    """The ``AffineMap`` of each operand of a ``linalg.generic``, in operand order."""
+    from mlir import ir
+
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def used_only_rounded_to_bf16(arg) -> bool:
+    """Whether the body argument ``arg`` is used, and only by ``arith.truncf`` to bf16
+    with the default rounding (a product that such readers read can be written rounded:
+    latch-form-contraction-kernels' rounding readers)."""
+    from mlir import ir
+
+    from latch.passes.base import operation
+
+    bf16 = ir.BF16Type.get()
+    uses = [operation(u.owner) for u in arg.uses]
+    return bool(uses) and all(
+        t.name == "arith.truncf" and t.results[0].type == bf16 and
+        not (len(t.attributes) and "roundingmode" in t.attributes) for t in uses)
+
+
 def elementwise_output(op):
     """The one output of ``op`` when it is an all-parallel ``linalg.generic`` on buffers
     (no results) writing that output through a permutation of its loops (every element
@@ -132,7 +154,7 @@ def loop_ranges(op):
     from mlir import ir
 
     n_loops = len(ir.ArrayAttr(op.attributes["iterator_types"]))
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    maps = indexing_maps(op)
     ranges = [None] * n_loops
     for v, m in zip(op.operands, maps):
         if not isinstance(v.type, ir.ShapedType):

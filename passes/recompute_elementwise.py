@@ -64,7 +64,8 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, element_bits, function_definitions, operation as _op
-from latch.passes.generic_body import clone_body_ops, loop_ranges, segments
+from latch.passes.generic_body import clone_body_ops, indexing_maps, loop_ranges, segments, \
+    used_only_rounded_to_bf16
 from latch.passes.rematerialize_masks import read_through_unit_expansions
 
 
@@ -75,12 +76,6 @@ def _numel(t) -> int:
         return 1
     shaped = ir.ShapedType(t)
     return math.prod(shaped.shape) if shaped.has_static_shape else -1
-
-
-def _maps(op) -> list:
-    from mlir import ir
-
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
 def _n_loops(op) -> int:
@@ -99,7 +94,7 @@ def _is_recomputable(op) -> bool:
     if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
         return False
     n_in, n_out = segments(op)
-    if n_out != 1 or not _maps(op)[-1].is_permutation:
+    if n_out != 1 or not indexing_maps(op)[-1].is_permutation:
         return False
     block = op.regions[0].blocks[0]
     if any(True for _ in block.arguments[len(block.arguments) - 1].uses):
@@ -117,15 +112,6 @@ def _is_recomputable(op) -> bool:
     # a gather reads one element of its source per element written: a large input
     return sum(1 for s in sizes if s * 8 > out) + len(gathers) <= 1 and \
         all(s <= out for s in sizes)
-
-
-def _uses_only_rounded(arg) -> bool:
-    """Whether a body argument is used, and only by ``arith.truncf`` to bf16."""
-    from mlir import ir
-
-    uses = [_op(u.owner) for u in arg.uses]
-    return bool(uses) and all(u.name == "arith.truncf" and
-                              isinstance(u.results[0].type, ir.BF16Type) for u in uses)
 
 
 def _read_rounded(op, k: int) -> bool:
@@ -154,7 +140,8 @@ def _read_rounded(op, k: int) -> bool:
         reader = _op(use.owner)
         if reader.name != "linalg.generic" or use.operand_number >= segments(reader)[0]:
             return False
-        if not _uses_only_rounded(reader.regions[0].blocks[0].arguments[use.operand_number]):
+        if not used_only_rounded_to_bf16(
+                reader.regions[0].blocks[0].arguments[use.operand_number]):
             return False
     return True
 
@@ -233,7 +220,7 @@ def _readers(value, path=(), projections: bool = False) -> list | None:
         if user.name != "linalg.generic":
             return None
         n_in, _ = segments(user)
-        m = _maps(user)[number] if number < n_in else None
+        m = indexing_maps(user)[number] if number < n_in else None
         if m is None or m.n_dims != _n_loops(user):
             return None
         if not (m.is_permutation or projections and m.is_projected_permutation):
@@ -367,7 +354,7 @@ def _compute_extracts(func_op) -> bool:
         if any("parallel" not in str(a)
                for a in ir.ArrayAttr(prod.attributes["iterator_types"])):
             continue
-        maps = _maps(prod)
+        maps = indexing_maps(prod)
         n_in, _ = segments(prod)
         if _full_inputs(prod, maps, n_in) > 1 and not _only_extracted(prod.results[0]):
             continue          # materialized anyway, and one element of it is fewer reads
@@ -453,7 +440,7 @@ def _drop_zero_add(op) -> None:
             any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
         return
     n_in, n_out = segments(op)
-    maps = _maps(op)
+    maps = indexing_maps(op)
     block = op.regions[0].blocks[0]
     body = [_op(o) for o in block.operations]
     if n_out != 1 or [o.name for o in body] != ["arith.addf", "linalg.yield"] or \
