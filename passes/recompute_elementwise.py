@@ -46,7 +46,13 @@ Two rewrites come first, giving more producers that qualify:
   a single reader, so the product computing it can write the rounding) or reads more than
   one full-size input (a residual sum: one element of it is fewer reads than its terms —
   unfolded, the MoE's gather of its normalized input recomputed the whole residual stream,
-  every earlier layer's output, for each of its two reads of each token);
+  every earlier layer's output, for each of its two reads of each token) — and unless it
+  rounds a product that only it reads (the product writes the rounding itself: reading the
+  f32 product instead would double the bytes); an extract through a reshape reads the
+  reshape's source, and an extract of ``tensor.insert_slice %src into %filled`` (the MoE's
+  expert input gradients placed in front of the dropped tokens' zero row) selects between
+  ``%src`` and the fill, so the dispatch gradient's gather sums the two products' bf16
+  roundings itself instead of reading an f32 sum of them written for it;
 * a generic whose reduction loops all run once, accumulating into a filled output (the
   one-hot scatter of the loss's gradient: ``g[i, j] += (t[i, k] == j) * c`` over ``k < 1``
   into zeros), is elementwise: those loops are dropped (indexed at 0) and the fill's value
@@ -64,8 +70,8 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, element_bits, function_definitions, operation as _op
-from latch.passes.generic_body import clone_body_ops, indexing_maps, loop_ranges, segments, \
-    used_only_rounded_to_bf16
+from latch.passes.generic_body import clone_body_ops, compare, index_constant, indexing_maps, \
+    loop_ranges, segments, used_only_rounded_to_bf16
 from latch.passes.rematerialize_masks import read_through_unit_expansions
 
 
@@ -346,11 +352,16 @@ def _compute_extracts(func_op) -> bool:
             _extract_through_reshape(ex)
             changed = True
             continue
+        if _op(src.owner).name == "tensor.insert_slice":
+            changed |= _extract_through_insert_slice(ex)
+            continue
         prod = _op(src.owner)
         if prod.name != "linalg.generic" or len(prod.results) != 1 or not _body_is_pure(prod):
             continue
         if _narrows(prod) and not _only_extracted(prod.results[0]):
             continue          # a rounding materialized anyway: read it, not its wider input
+        if _narrows(prod) and _rounds_a_product(prod):
+            continue          # the product writes the rounding: read it, not the product
         if any("parallel" not in str(a)
                for a in ir.ArrayAttr(prod.attributes["iterator_types"])):
             continue
@@ -607,6 +618,90 @@ def _substitute(m, repl, n_dims):
                                                   for e in m.results])
 
 
+def _rounds_a_product(op) -> bool:
+    """Whether narrowing generic ``op`` reads a wider tensor that only it reads, the result
+    of a contraction (``linalg.matmul``, ``linalg.batch_matmul``, a generic with a reduction
+    loop): latch-form-contraction-kernels makes that product write the rounding itself, so
+    the rounding is worth reading (half the bytes of the product in f32)."""
+    from mlir import ir
+
+    n_in, _ = segments(op)
+    out = element_bits(ir.ShapedType(op.results[0].type).element_type)
+    for v in list(op.operands)[:n_in]:
+        if not isinstance(v.type, ir.ShapedType) or hasattr(v.owner, "arguments") or \
+                element_bits(ir.ShapedType(v.type).element_type) <= out:
+            continue
+        producer = _op(v.owner)
+        contraction = producer.name in ("linalg.matmul", "linalg.batch_matmul") or (
+            producer.name == "linalg.generic" and any(
+                "reduction" in str(a)
+                for a in ir.ArrayAttr(producer.attributes["iterator_types"])))
+        if contraction and sum(1 for _ in v.uses) == 1:
+            return True
+    return False
+
+
+def _extract_through_insert_slice(ex) -> bool:
+    """``tensor.extract`` of ``tensor.insert_slice %src into %filled`` (static offsets and
+    sizes, unit strides, a splat or filled destination: the MoE's expert results placed in
+    front of the dropped tokens' zero row) -> ``select(inside, extract %src[i - offset],
+    fill)``, the source read at index 0 of a dimension where the element lies outside (any
+    valid element: its value is not used).  False (nothing changed) for other slices."""
+    from mlir import ir
+
+    ins = _op(ex.operands[0].owner)
+    src, dest = ins.operands[0], ins.operands[1]
+    if len(ins.operands) != 2 or _fill_value(dest, create=False) is None:
+        return False
+    offsets = list(ir.DenseI64ArrayAttr(ins.attributes["static_offsets"]))
+    sizes = list(ir.DenseI64ArrayAttr(ins.attributes["static_sizes"]))
+    strides = list(ir.DenseI64ArrayAttr(ins.attributes["static_strides"]))
+    full = list(ir.RankedTensorType(dest.type).shape)
+    if any(s != 1 for s in strides) or list(ir.RankedTensorType(src.type).shape) != sizes:
+        return False
+    index, i1 = ir.IndexType.get(), ir.IntegerType.get_signless(1)
+    const = index_constant
+    with ir.InsertionPoint(ex), ex.location:
+        fill = _fill_value(dest)
+        inside, at, bounded = None, [], []
+        for i, off, size, n in zip(list(ex.operands)[1:], offsets, sizes, full):
+            conds = []
+            if off > 0:
+                conds.append(compare("uge", i, const(off)))
+            if off + size < n:
+                conds.append(compare("ult", i, const(off + size)))
+            for c in conds:
+                inside = c if inside is None else \
+                    ir.Operation.create("arith.andi", [i1], [inside, c]).result
+            at.append(ir.Operation.create("arith.subi", [index], [i, const(off)]).result
+                      if off else i)
+            bounded.append(bool(conds))
+        if inside is not None:
+            zero = const(0)
+            at = [ir.Operation.create("arith.select", [index], [inside, a, zero]).result
+                  if b else a for a, b in zip(at, bounded)]
+        value = ir.Operation.create("tensor.extract", [ex.results[0].type], [src] + at).result
+        if inside is not None:
+            value = ir.Operation.create("arith.select", [value.type],
+                                        [inside, value, fill]).result
+    ex.results[0].replace_all_uses_with(value)
+    ex.erase()
+    _erase_unused(ins)
+    return True
+
+
+def _erase_unused(op) -> None:
+    """Erase ``op`` when nothing reads its result, and then the reshapes and slice
+    insertions that fed it, so that they are not counted as readers of their sources."""
+    while op.name in ("tensor.insert_slice", "tensor.collapse_shape", "tensor.expand_shape") \
+            and not any(True for _ in op.results[0].uses):
+        src = op.operands[0]
+        op.erase()
+        if hasattr(src.owner, "arguments"):
+            return
+        op = _op(src.owner)
+
+
 def _extract_through_reshape(ex) -> None:
     """``tensor.extract`` of a reshape's result -> of its source, at the source's indices
     (split by division and remainder for a collapse, combined for an expansion)."""
@@ -647,3 +742,4 @@ def _extract_through_reshape(ex) -> None:
         new = ir.Operation.create("tensor.extract", [ex.results[0].type], [src] + at).result
     ex.results[0].replace_all_uses_with(new)
     ex.erase()
+    _erase_unused(reshape)

@@ -588,6 +588,20 @@ def _vfrom_elements(o, a, at, rt):
     return np.stack(vals, -1).reshape((n,) + rt[0].vshape)
 
 
+def _vreduction(o, a, at, rt):
+    """vector.reduction over a 1-D vector (lanes first when per-thread); no accumulator."""
+    kind = str(o.op.attributes["kind"]).split("<")[-1].rstrip(">")
+    if len(a) > 1:
+        raise NotImplementedError("vector.reduction with an accumulator")
+    src = np.asarray(a[0])
+    fn = {"add": np.sum, "mul": np.prod, "or": np.any, "and": np.all,
+          "maxnumf": np.max, "minnumf": np.min, "maximumf": np.max, "minimumf": np.min,
+          "maxsi": np.max, "minsi": np.min}.get(kind)
+    if fn is None:
+        raise NotImplementedError(f"vector.reduction <{kind}>")
+    return _round(fn(src, axis=-1), rt[0].elem)
+
+
 def _const_op(o, a, at, rt):
     if o.info is None:
         o.info = _const_value(o.op.attributes["value"], rt[0])
@@ -627,10 +641,11 @@ _PURE = {
     "math.exp": _fun(np.exp), "math.exp2": _fun(np.exp2), "math.log": _fun(np.log),
     "math.log1p": _fun(np.log1p), "math.sqrt": _fun(np.sqrt),
     "math.rsqrt": _fun(lambda x: 1 / np.sqrt(x)), "math.tanh": _fun(np.tanh),
-    "math.absf": _fun(np.abs),
+    "math.absf": _fun(np.abs), "math.floor": _fun(np.floor), "math.ceil": _fun(np.ceil),
     "vector.extract": _vextract, "vector.insert": _vinsert,
     "vector.broadcast": _vbroadcast, "vector.splat": _vbroadcast,
     "vector.shape_cast": _vshape_cast, "vector.from_elements": _vfrom_elements,
+    "vector.reduction": _vreduction,
     "llvm.extractvalue": lambda o, a, at, rt: a[0][
         _ints(o.op.attributes["position"])[0]],
     "llvm.insertvalue": lambda o, a, at, rt: _insert_field(

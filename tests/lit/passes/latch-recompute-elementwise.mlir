@@ -214,6 +214,91 @@ func.func @gather_of_a_residual_sum(%x: tensor<4x16xf32>, %a: tensor<4x16xf32>, 
 }
 
 // -----
+// A gather of rows of a tensor placed in front of a zero row (the MoE's dispatch gradient:
+// the experts' input gradients, a sum of the two products' roundings, then the dropped
+// tokens' row): the extract of the insert_slice selects between the source, read at the
+// clamped index, and the fill; the sum is computed on extracts of the two roundings, each
+// written by its product (not inlined to extracts of the f32 products).
+// CHECK-LABEL: func.func @gather_of_slots(
+// CHECK: %[[R1:.*]] = linalg.generic {{.*}} ins(%[[P1:[0-9]+]] : tensor<2x4x8xf32>) outs
+// CHECK: arith.truncf
+// CHECK: %[[R2:.*]] = linalg.generic {{.*}} ins(%[[P2:[0-9]+]] : tensor<2x4x8xf32>) outs
+// CHECK: arith.truncf
+// CHECK-NOT: tensor.insert_slice
+// CHECK: linalg.generic
+// CHECK: ^bb0(%[[S:.*]]: index,
+// CHECK: %[[C:.*]] = linalg.index 1
+// CHECK: %[[IN:.*]] = arith.cmpi ult, %[[S]], %c8
+// CHECK: %[[AT:.*]] = arith.select %[[IN]], %[[S]], %c0
+// CHECK-NOT: arith.select %[[IN]], %[[C]]
+// CHECK: tensor.extract %[[R1]][
+// CHECK: tensor.extract %[[R2]][
+// CHECK: %[[SUM:.*]] = arith.addf
+// CHECK: %[[V:.*]] = arith.select %[[IN]], %[[SUM]], %cst
+// CHECK: linalg.yield %[[V]]
+// FUSED-LABEL: func.func @gather_of_slots(
+// FUSED-NOT: tensor.insert_slice
+// FUSED-NOT: tensor<9x8xf32>
+#s3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @gather_of_slots(%a: tensor<2x4x16xbf16>, %w: tensor<16x8xbf16>, %b: tensor<2x4x16xbf16>,
+                           %slot: tensor<6xindex>) -> tensor<6x8xf32> {
+  %zero = arith.constant dense<0.0> : tensor<9x8xf32>
+  %f0 = arith.constant 0.0 : f32
+  %e32 = tensor.empty() : tensor<2x4x8xf32>
+  %z = linalg.fill ins(%f0 : f32) outs(%e32 : tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %e16 = tensor.empty() : tensor<2x4x8xbf16>
+  %p1 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a, %w : tensor<2x4x16xbf16>, tensor<16x8xbf16>) outs(%z : tensor<2x4x8xf32>) {
+    ^bb0(%x: bf16, %y: bf16, %o: f32):
+      %xf = arith.extf %x : bf16 to f32
+      %yf = arith.extf %y : bf16 to f32
+      %m = arith.mulf %xf, %yf : f32
+      %s = arith.addf %o, %m : f32
+      linalg.yield %s : f32
+  } -> tensor<2x4x8xf32>
+  %p2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%b, %w : tensor<2x4x16xbf16>, tensor<16x8xbf16>) outs(%z : tensor<2x4x8xf32>) {
+    ^bb0(%x: bf16, %y: bf16, %o: f32):
+      %xf = arith.extf %x : bf16 to f32
+      %yf = arith.extf %y : bf16 to f32
+      %m = arith.mulf %xf, %yf : f32
+      %s = arith.addf %o, %m : f32
+      linalg.yield %s : f32
+  } -> tensor<2x4x8xf32>
+  %r1 = linalg.generic {indexing_maps = [#s3, #s3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%p1 : tensor<2x4x8xf32>) outs(%e16 : tensor<2x4x8xbf16>) {
+    ^bb0(%x: f32, %o: bf16):
+      %t = arith.truncf %x : f32 to bf16
+      linalg.yield %t : bf16
+  } -> tensor<2x4x8xbf16>
+  %r2 = linalg.generic {indexing_maps = [#s3, #s3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%p2 : tensor<2x4x8xf32>) outs(%e16 : tensor<2x4x8xbf16>) {
+    ^bb0(%x: f32, %o: bf16):
+      %t = arith.truncf %x : f32 to bf16
+      linalg.yield %t : bf16
+  } -> tensor<2x4x8xbf16>
+  %sum = linalg.generic {indexing_maps = [#s3, #s3, #s3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%r1, %r2 : tensor<2x4x8xbf16>, tensor<2x4x8xbf16>) outs(%e32 : tensor<2x4x8xf32>) {
+    ^bb0(%x: bf16, %y: bf16, %o: f32):
+      %xf = arith.extf %x : bf16 to f32
+      %yf = arith.extf %y : bf16 to f32
+      %s = arith.addf %xf, %yf : f32
+      linalg.yield %s : f32
+  } -> tensor<2x4x8xf32>
+  %flat = tensor.collapse_shape %sum [[0, 1], [2]] : tensor<2x4x8xf32> into tensor<8x8xf32>
+  %placed = tensor.insert_slice %flat into %zero[0, 0] [8, 8] [1, 1] : tensor<8x8xf32> into tensor<9x8xf32>
+  %e6 = tensor.empty() : tensor<6x8xf32>
+  %g = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}
+      ins(%slot : tensor<6xindex>) outs(%e6 : tensor<6x8xf32>) {
+    ^bb0(%i: index, %o: f32):
+      %c = linalg.index 1 : index
+      %v = tensor.extract %placed[%i, %c] : tensor<9x8xf32>
+      linalg.yield %v : f32
+  } -> tensor<6x8xf32>
+  return %g : tensor<6x8xf32>
+}
+
+// -----
 // A reduction whose reduction loops all run once, into a zero-filled output (a one-hot
 // scatter), becomes elementwise: the unit loop is dropped and the fill's value read
 // instead of the output, so the fill goes and the one-hot fuses into its reader.
