@@ -82,7 +82,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         ("latch-form-attention-kernels", "latch-wrap-host-compute", "latch-forward-zero-fills",
          "latch-form-contraction-kernels{{mma={mma} chip={chip} scatter={scatter} "
          "deterministic={deterministic}}}",
-         "latch-nonfinite-checks{{phase=mark}}",
+         "latch-nonfinite-checks{{phase=mark}}", "latch-fuse-rows",
          "func.func(convert-linalg-to-parallel-loops)", "latch-register-accumulators",
          "latch-unroll-short-loops", "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",
