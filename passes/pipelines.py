@@ -71,7 +71,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "one-shot-bufferize{{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}}",
          "canonicalize", "cse", "latch-schedule-collectives", "latch-attention-views",
-         "latch-write-in-place", "latch-plan-memory"),
+         "latch-write-in-place", "latch-plan-memory{{reuse-distance=16}}"),
     ),
     NamedPipeline(
         "latch-form-kernels",

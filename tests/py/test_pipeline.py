@@ -55,7 +55,7 @@ def test_pass_options_become_typed_fields():
 
 
 def test_bad_pass_option_names_the_valid_ones():
-    with pytest.raises(PipelineError, match=r"no option 'align' \(options: alignment, materialize\)"):
+    with pytest.raises(PipelineError, match=r"no option 'align' \(options: alignment, reuse-distance, materialize\)"):
         expand("latch-plan-memory{align=64}")
     with pytest.raises(PipelineError, match="expects int"):
         expand("latch-plan-memory{alignment=lots}")

@@ -1,6 +1,7 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory)' | FileCheck %s
 // RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory{alignment=8192})' | FileCheck %s --check-prefix=ALIGN
 // RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory{materialize=true}, buffer-deallocation-pipeline)' | FileCheck %s --check-prefix=ARENA
+// RUN: latch-opt %s --pass-pipeline='builtin.module(eliminate-empty-tensors, empty-tensor-to-alloc-tensor, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}, latch-plan-memory{reuse-distance=2})' | FileCheck %s --check-prefix=DIST
 // A chain exp -> sin -> cos -> add: three 4 KiB temporaries, never more than two live at
 // once, fit in an 8 KiB arena (the first and third share offset 0); the result escapes
 // through the return, so it is pinned and gets no arena slot.
@@ -13,6 +14,14 @@
 // CHECK: memref.alloc() {{{.*}}latch.pinned}
 // CHECK: return
 // ALIGN: latch.arena_bytes = 16384 : i64
+// With reuse-distance=2 the first buffer's slot is not reused by the third, allocated
+// within two ops of the first's last use (a write there would wait for that read on the
+// GPU): three slots.
+// DIST-LABEL: func.func @chain(
+// DIST-SAME: latch.arena_bytes = 12288 : i64
+// DIST: memref.alloc() {{{.*}}latch.offset = 0 : i64}
+// DIST: memref.alloc() {{{.*}}latch.offset = 4096 : i64}
+// DIST: memref.alloc() {{{.*}}latch.offset = 8192 : i64}
 // With materialize=true the plan is carried out: one arena, views at the planned offsets,
 // one dealloc; the escaping result keeps its own allocation.
 // ARENA-LABEL: func.func @chain(
