@@ -108,6 +108,37 @@ def _writer_among(base, latest_first) -> tuple[bool, object]:
     return False, None
 
 
+def defined_by_views(v, between) -> bool:
+    """Whether buffer ``v`` is an allocation, or views of one, each either defined before
+    the ops ``between`` or by one of them from the previous one alone (so that the chain can
+    move in front of them: :func:`hoist_definition`)."""
+    while not hasattr(v.owner, "arguments"):
+        o = _op(v.owner)
+        if o not in between:
+            return True
+        if o.name == "memref.alloc":
+            return len(o.operands) == 0
+        if o.name not in VIEW_OPS or len(o.operands) != 1:
+            return False
+        v = o.operands[0]
+    return True
+
+
+def hoist_definition(v, op) -> None:
+    """Move the ops defining buffer ``v`` that come after ``op`` (an allocation and views
+    of it, :func:`defined_by_views`) in front of ``op``, the allocation first."""
+    chain = []
+    ops = [_op(o) for o in op.operation.block.operations]
+    after = ops[next(i for i, o in enumerate(ops) if o == op) + 1:]
+    while not hasattr(v.owner, "arguments") and _op(v.owner) in after:
+        chain.append(_op(v.owner))
+        if chain[-1].name == "memref.alloc":
+            break
+        v = chain[-1].operands[0]
+    for o in reversed(chain):
+        o.move_before(op)
+
+
 def arena_span(v):
     """(first byte, end) of the planned arena slot of the allocation ``v`` views, or None
     when it has none (a function argument, a pinned buffer)."""

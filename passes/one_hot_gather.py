@@ -40,7 +40,8 @@ from __future__ import annotations
 import math
 
 from latch.passes.base import operation as _op
-from latch.passes.buffer_views import arena_span, identity_layout, root, slots_overlap, users
+from latch.passes.buffer_views import (arena_span, defined_by_views, hoist_definition,
+                                       identity_layout, root, slots_overlap, users)
 from latch.passes.fixed_point_scatter import _int as const, _kind
 from latch.passes.generic_body import (compare, delinearize, flat_launch, guarded_launch,
                                        index_constant)
@@ -126,7 +127,7 @@ def rounded_copy(sc: Scatter):
             any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
         return None
     view, out = g.operands[0], g.operands[1]
-    if not _defined_by_views(out, ops[at + 1:]):
+    if not defined_by_views(out, ops[at + 1:]):
         return None
     prefix = _leading_elements(view, c)
     n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
@@ -184,39 +185,6 @@ def _apply_copy_body(g, x):
     return mapping.get(y, y)
 
 
-def _defined_by_views(v, between) -> bool:
-    """Whether buffer ``v`` is an allocation, or views of one, each either defined before
-    the ops ``between`` or by one of them from the previous one alone (so that the chain can
-    move in front of them: :func:`_hoist_definition`)."""
-    from latch.passes.buffer_views import VIEW_OPS
-
-    while not hasattr(v.owner, "arguments"):
-        o = _op(v.owner)
-        if o not in between:
-            return True
-        if o.name == "memref.alloc":
-            return len(o.operands) == 0
-        if o.name not in VIEW_OPS or len(o.operands) != 1:
-            return False
-        v = o.operands[0]
-    return True
-
-
-def _hoist_definition(v, op) -> None:
-    """Move the ops defining buffer ``v`` that come after ``op`` (an allocation and views
-    of it, :func:`_defined_by_views`) in front of ``op``, the allocation first."""
-    chain = []
-    ops = [_op(o) for o in op.operation.block.operations]
-    after = ops[next(i for i, o in enumerate(ops) if o == op) + 1:]
-    while not hasattr(v.owner, "arguments") and _op(v.owner) in after:
-        chain.append(_op(v.owner))
-        if chain[-1].name == "memref.alloc":
-            break
-        v = chain[-1].operands[0]
-    for o in reversed(chain):
-        o.move_before(op)
-
-
 def _leading_elements(view, c):
     """The number of leading elements (row-major) of ``c`` that ``view`` covers when it is
     ``c`` itself or reshapes of a subview taking the first rows of ``c`` whole, else None."""
@@ -257,7 +225,7 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
     live = rows if copy is None else copy[2] // math.prod(con.sizes[d] for d in _value_dims(sc))
     k_total = _sources(sc)
     if copy is not None:
-        _hoist_definition(copy[1], op)       # the copy's buffer, written by the launches
+        hoist_definition(copy[1], op)       # the copy's buffer, written by the launches
     counts_at, table_at = 0, 4 * (rows + 2)
     overflow_at = table_at + 4 * rows * SLOTS
     heavy_at = overflow_at + 4 * k_total
