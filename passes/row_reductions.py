@@ -53,10 +53,9 @@ Anything else keeps the one-thread-per-output loops.
 
 **Finished in the same launch** (:func:`_finalizer`): when the next op is an all-parallel
 generic reading only the totals, element for element (RMSNorm's ``rsqrt(sum / n + eps)``),
-and nothing later reads the totals, the lane that stores a total applies that op's body and
-stores into its output instead (its allocation moved in front of the launch): one launch
-fewer for such a norm (TinyMoE B2: 9 of its 17 RMSNorms; the others' sums are read again by
-the backward, so the finishing op stays a kernel).
+the lane that stores a total also applies that op's body and stores into its output (its
+allocation moved in front of the launch): one launch fewer for every norm (TinyMoE B2: 17,
+on the critical path).
 """
 from __future__ import annotations
 
@@ -286,15 +285,15 @@ def _finalizer(op, info, ops, k):
     warp or block can do it: the next op (allocations, views and constants aside) is an
     all-parallel generic whose one input is the reduction's output, read element for
     element (the same map as its own output, a permutation, the same shape), with a body of
-    scalar ``arith``/``math`` code — RMSNorm's ``rsqrt(sum / n + eps)`` — and nothing after
-    it uses that output; its output shares no bytes with the reduction's operands (the
-    memory plan may have given it the slot of an input whose last reader is the reduction).
-    Then the lane that stores the total stores ``finish(total)`` into the finishing op's
-    output instead (one launch fewer, the totals never written).  None otherwise."""
+    scalar ``arith``/``math`` code — RMSNorm's ``rsqrt(sum / n + eps)`` —, whose output is
+    an allocation (or views of one) that can move in front of the reduction and shares no
+    bytes with the reduction's operands (the memory plan may have given it the slot of an
+    input whose last reader is the reduction).  Then the lane that stores a total also
+    stores ``finish(total)`` into the finishing op's output (one launch fewer; the totals
+    are still written, for the backward's readers).  None otherwise."""
     from mlir import ir
 
-    from latch.passes.buffer_views import (VIEW_OPS, arena_span, block_position,
-                                           defined_by_views, slots_overlap, users)
+    from latch.passes.buffer_views import VIEW_OPS, arena_span, defined_by_views, slots_overlap
 
     if info.logical:
         return None
@@ -323,10 +322,7 @@ def _finalizer(op, info, ops, k):
         inner = _op(inner)
         if inner.regions or inner.name.split(".")[0] not in ("arith", "math"):
             return None
-    func_block = op.operation.block
-    position = {ops[i]: i for i in range(k, len(ops))}     # (ops before k may be erased)
-    if any(block_position(u, func_block, position) > at for u in users(_root(out))) or \
-            not defined_by_views(result, ops[k + 1:at]):
+    if not defined_by_views(result, ops[k + 1:at]):
         return None
     span = arena_span(result)
     for v in op.operands:
@@ -463,8 +459,8 @@ def _combine(info, a, b):
 
 def _store_total(out, where, total, info, finish=None) -> None:
     """``out[where] = combine(out[where], total)`` (an i1 in i8 is narrowed and widened);
-    with ``finish`` (:func:`_finalizer`'s op) its body applied to that value is stored into
-    its output at ``where`` instead."""
+    with ``finish`` (:func:`_finalizer`'s op) its body applied to that value is also stored
+    into its output at ``where``."""
     from mlir import ir
 
     elt = ir.MemRefType(out.type).element_type
@@ -475,14 +471,14 @@ def _store_total(out, where, total, info, finish=None) -> None:
     new = _combine(info, old, total)
     if info.logical:
         new = ir.Operation.create("arith.extui", [elt], [new]).result
+    ir.Operation.create("memref.store", [], [new, out] + where)
     if finish is not None:
         block = finish.regions[0].blocks[0]
         body = [_op(o) for o in block.operations]
         mapping = {block.arguments[0]: new}
         clone_body_ops(body[:-1], mapping, [])
         y = body[-1].operands[0]
-        new, out = mapping.get(y, y), finish.operands[1]
-    ir.Operation.create("memref.store", [], [new, out] + where)
+        ir.Operation.create("memref.store", [], [mapping.get(y, y), finish.operands[1]] + where)
 
 
 # -- a warp or a block per output --------------------------------------------------------
