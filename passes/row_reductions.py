@@ -293,7 +293,8 @@ def _finalizer(op, info, ops, k):
     are still written, for the backward's readers).  None otherwise."""
     from mlir import ir
 
-    from latch.passes.buffer_views import VIEW_OPS, arena_span, defined_by_views, slots_overlap
+    from latch.passes.buffer_views import (VIEW_OPS, arena_span, defined_by_views,
+                                           memrefs_used, slots_overlap)
 
     if info.logical:
         return None
@@ -325,9 +326,8 @@ def _finalizer(op, info, ops, k):
     if not defined_by_views(result, ops[k + 1:at]):
         return None
     span = arena_span(result)
-    for v in op.operands:
-        if isinstance(v.type, ir.MemRefType) and (
-                _root(v) == _root(result) or slots_overlap(span, arena_span(v))):
+    for v in memrefs_used(op):          # operands and buffers the body loads from
+        if _root(v) == _root(result) or slots_overlap(span, arena_span(v)):
             return None
     return at
 
