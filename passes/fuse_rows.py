@@ -2,12 +2,12 @@
 becomes one kernel, a thread per row running them one after another (stage 'kernels',
 before ``convert-linalg-to-parallel-loops``).
 
-An MoE router is a chain of tiny ops over ``[tokens, experts]``: the split-K sum of the
-router product, its rounding, the softmax's row max, its sum of exponentials, the
-probabilities, the top-1 and top-2 choices with their masks, the gates written into
-``[tokens, 2]`` slots and renormalized — each its own launch of a few microseconds (TinyMoE
-B2: 20 launches a layer between the router product and the routing ranks, 4 us each,
-most of them on the update's critical path).  They cannot fuse as linalg ops (a row
+An MoE router is a chain of tiny ops over ``[tokens, experts]``: the rounding of the
+router's logits, the softmax's row max, its sum of exponentials, the probabilities, the
+top-1 and top-2 choices with their masks, the gates written into ``[tokens, 2]`` slots and
+renormalized — each its own launch of a few microseconds (TinyMoE B2: 19 launches a layer
+between the router product's split-K sum and the routing ranks, 4 us each alone, most of
+them on the update's critical path).  They cannot fuse as linalg ops (a row
 reduction's result is read broadcast by the next op), but every one of them reads and
 writes the rows it works on only: row ``r`` of the probabilities needs row ``r`` of the row
 max, nothing else.  So one thread can run all of them for one row, in program order, with
@@ -37,10 +37,12 @@ for allocations, views and constants between them (no memory effects), each with
   buffers are small: TinyMoE B2's arena grows by 0.7 MB).
 
 The run becomes one ``scf.parallel`` over the rows at the place of its last op, whose body
-runs each op's other loops as ``scf.for`` nests in loop order (a loop of one trip is its
-index 0) (a reduction combines each
-output element's terms in the order the op's own kernel does: the same bits).  Rows too
-few to fill the machine are no worse off than before: each op's launch had the same rows.
+runs each op's other loops as ``scf.for`` nests in loop order, a loop of one trip as its
+index 0; a reduction combines each output element's terms in the order the op's own kernel
+does (the same bits).  Each op's own launch had a thread per element (or per row, for a
+reduction); the fused kernel has a thread per row doing every op's row work one after
+another — hence the small ``max-row-work``: the split-K sum before the router's chain (48
+iterations a row) stays a launch of its own.
 
 Options: ``max-row-work`` (default 16), ``max-elements`` (default 1048576).
 
