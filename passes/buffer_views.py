@@ -10,6 +10,9 @@ from latch.passes.base import operation as _op
 VIEW_OPS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
             "memref.reinterpret_cast", "memref.view", "memref.reshape")
 RESHAPES = ("memref.collapse_shape", "memref.expand_shape")
+#: ops that neither read nor write any buffer's bytes (a deallocation does: it ends one):
+#: an op can move past them
+NO_MEMORY_EFFECTS = VIEW_OPS + ("memref.alloc", "arith.constant")
 
 
 def root(v):

@@ -55,7 +55,7 @@ import math
 import re
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import VIEW_OPS, arena_span, root, slots_overlap
+from latch.passes.buffer_views import NO_MEMORY_EFFECTS, arena_span, root, slots_overlap
 from latch.passes.generic_body import (clone_body_ops, index_constant, indices, load_inputs,
                                        loop_ranges, segments)
 
@@ -289,7 +289,7 @@ class FuseRows(ModulePass):
         for func_op in function_definitions(module):
             runs, run = [], []
             for op in [_op(o) for o in func_op.regions[0].blocks[0].operations]:
-                if op.name in VIEW_OPS or op.name in ("memref.alloc", "arith.constant"):
+                if op.name in NO_MEMORY_EFFECTS:
                     continue                   # no memory effects: a run goes on past them
                 member = _member(op, self.max_row_work, self.max_elements)
                 if member is not None and run and member.rows == run[0].rows and \

@@ -72,6 +72,36 @@ def clone_body_ops(ops, mapping: dict, dims) -> None:
             mapping[old_r] = new_r
 
 
+def pure_function_of_input(g) -> bool:
+    """Whether the body of the one-input, one-output generic ``g`` computes its yielded
+    value from its input element (and values defined outside) with arith and math ops only,
+    not reading its output: a rounding copy (``truncf``, maybe with more elementwise work),
+    RMSNorm's ``rsqrt(sum / n + eps)`` of a row sum."""
+    from latch.passes.base import operation
+
+    block = g.regions[0].blocks[0]
+    body = [operation(o) for o in block.operations]
+    if list(block.arguments[1].uses):
+        return False
+    for o in body[:-1]:
+        if o.name.split(".")[0] not in ("arith", "math") or o.regions:
+            return False
+    return body[-1].name == "linalg.yield" and len(body[-1].operands) == 1
+
+
+def apply_body(g, x):
+    """The value the body of generic ``g`` (:func:`pure_function_of_input`) yields for
+    input element ``x``, its ops cloned at the current insertion point."""
+    from latch.passes.base import operation
+
+    block = g.regions[0].blocks[0]
+    body = [operation(o) for o in block.operations]
+    mapping = {block.arguments[0]: x}
+    clone_body_ops(body[:-1], mapping, [])
+    y = body[-1].operands[0]
+    return mapping.get(y, y)
+
+
 def index_constant(v: int):
     """An ``arith.constant`` of type index at the current insertion point."""
     from mlir import ir

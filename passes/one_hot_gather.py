@@ -43,8 +43,8 @@ from latch.passes.base import operation as _op
 from latch.passes.buffer_views import (arena_span, defined_by_views, hoist_definition,
                                        identity_layout, root, slots_overlap, users)
 from latch.passes.fixed_point_scatter import _int as const, _kind
-from latch.passes.generic_body import (compare, delinearize, flat_launch, guarded_launch,
-                                       index_constant)
+from latch.passes.generic_body import (apply_body, compare, delinearize, flat_launch,
+                                       guarded_launch, index_constant, pure_function_of_input)
 from latch.passes.one_hot_scatter import Scatter, _target, _value, in_range
 
 SLOTS = 4            # sources a row takes in the table (summed in k order)
@@ -97,7 +97,7 @@ def rounded_copy(sc: Scatter):
     whose rows come first (row loops, then value loops, in the output's dimension order),
     zero-filled just before the product; its only user after the product is an
     all-parallel generic computing each element from one element of a view of its leading
-    elements — whole rows — (:func:`_pure_function_of_input`: a rounding to bf16) into a
+    elements — whole rows — (``generic_body.pure_function_of_input``: a rounding to bf16) into a
     contiguous buffer of the same element order; nothing
     between the product and that copy touches the copy's bytes, and the copy's bytes are
     not those of anything the gather reads (the memory plan may have placed it over
@@ -136,7 +136,7 @@ def rounded_copy(sc: Scatter):
             math.prod(out_t.shape) != prefix or not identity_layout(out_t):
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
-    if maps[0] != maps[1] or not maps[0].is_permutation or not _pure_function_of_input(g):
+    if maps[0] != maps[1] or not maps[0].is_permutation or not pure_function_of_input(g):
         return None
     out_root = root(out)
     if hasattr(out_root.owner, "arguments"):
@@ -155,34 +155,6 @@ def rounded_copy(sc: Scatter):
                     root(v) == out_root or slots_overlap(span, arena_span(v))):
                 return None
     return g, out, prefix
-
-
-def _pure_function_of_input(g) -> bool:
-    """Whether the body of generic ``g`` computes its yielded value from its one input
-    element (and values defined outside) with arith and math ops only: a rounding copy
-    (``truncf``), possibly with more elementwise work (``truncf(x) + 0.0`` of a gradient
-    accumulated into zeros)."""
-    block = g.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    if list(block.arguments[1].uses):
-        return False
-    for o in body[:-1]:
-        if o.name.split(".")[0] not in ("arith", "math") or o.regions:
-            return False
-    return body[-1].name == "linalg.yield" and len(body[-1].operands) == 1
-
-
-def _apply_copy_body(g, x):
-    """The value the body of the copy generic ``g`` yields for input element ``x``, its ops
-    cloned at the current insertion point."""
-    from latch.passes.generic_body import clone_body_ops
-
-    block = g.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    mapping = {block.arguments[0]: x}
-    clone_body_ops(body[:-1], mapping, [])
-    y = body[-1].operands[0]
-    return mapping.get(y, y)
 
 
 def _leading_elements(view, c):
@@ -354,7 +326,7 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
             light = compare("sle", n, const(i32, SLOTS))
             split = scf.IfOp(light, has_else=True)
             with ir.InsertionPoint(split.then_block):
-                values = [_apply_copy_body(copy[0], acc) for acc in accs]
+                values = [apply_body(copy[0], acc) for acc in accs]
                 if vector_store:
                     out_shape = list(ir.MemRefType(copy[1].type).shape)
                     at = [None] * len(out_shape)
@@ -419,7 +391,7 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
 def _store_rounded(x, copy, flat) -> None:
     """Store the copy's value of f32 ``x`` (its body applied: a rounding to bf16) at
     row-major position ``flat`` of its buffer."""
-    _store_at(_apply_copy_body(copy[0], x), copy[1], flat)
+    _store_at(apply_body(copy[0], x), copy[1], flat)
 
 
 def _store_at(value, out, flat) -> None:

@@ -133,14 +133,7 @@ def _read_rounded(op, k: int) -> bool:
     if not isinstance(v.type, ir.RankedTensorType) or \
             not isinstance(ir.RankedTensorType(v.type).element_type, ir.F32Type):
         return False
-    owner = v.owner
-    if hasattr(owner, "arguments"):
-        return False
-    producer = _op(owner)
-    if producer.name not in ("linalg.matmul", "linalg.batch_matmul") and not (
-            producer.name == "linalg.generic" and
-            any("reduction" in str(a)
-                for a in ir.ArrayAttr(producer.attributes["iterator_types"]))):
+    if not _is_product(v):
         return False
     for use in v.uses:
         reader = _op(use.owner)
@@ -628,17 +621,25 @@ def _rounds_a_product(op) -> bool:
     n_in, _ = segments(op)
     out = element_bits(ir.ShapedType(op.results[0].type).element_type)
     for v in list(op.operands)[:n_in]:
-        if not isinstance(v.type, ir.ShapedType) or hasattr(v.owner, "arguments") or \
+        if not isinstance(v.type, ir.ShapedType) or \
                 element_bits(ir.ShapedType(v.type).element_type) <= out:
             continue
-        producer = _op(v.owner)
-        contraction = producer.name in ("linalg.matmul", "linalg.batch_matmul") or (
-            producer.name == "linalg.generic" and any(
-                "reduction" in str(a)
-                for a in ir.ArrayAttr(producer.attributes["iterator_types"])))
-        if contraction and sum(1 for _ in v.uses) == 1:
+        if _is_product(v) and sum(1 for _ in v.uses) == 1:
             return True
     return False
+
+
+def _is_product(v) -> bool:
+    """Whether tensor ``v`` is the result of a contraction (``linalg.matmul``,
+    ``linalg.batch_matmul``, a generic with a reduction loop)."""
+    from mlir import ir
+
+    if hasattr(v.owner, "arguments"):
+        return False
+    producer = _op(v.owner)
+    return producer.name in ("linalg.matmul", "linalg.batch_matmul") or (
+        producer.name == "linalg.generic" and
+        any("reduction" in str(a) for a in ir.ArrayAttr(producer.attributes["iterator_types"])))
 
 
 def _extract_through_insert_slice(ex) -> bool:

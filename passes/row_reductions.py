@@ -65,9 +65,10 @@ import math
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import hoist_definition, root as _root
 from latch.passes.form_contraction_kernels import match_contraction
-from latch.passes.generic_body import (accumulation, clone_body_ops, compare, guarded_launch,
-                                       index_constant, indices, load_inputs, loop_ranges,
-                                       top_allocation)
+from latch.passes.generic_body import (accumulation, apply_body, clone_body_ops, compare,
+                                       guarded_launch, index_constant, indexing_maps, indices,
+                                       load_inputs, loop_ranges, pure_function_of_input,
+                                       segments, top_allocation)
 
 # combining op -> (gpu.all_reduce operation, identity)
 _COMBINERS = {
@@ -293,36 +294,28 @@ def _finalizer(op, info, ops, k):
     are still written, for the backward's readers).  None otherwise."""
     from mlir import ir
 
-    from latch.passes.buffer_views import (VIEW_OPS, arena_span, defined_by_views,
+    from latch.passes.buffer_views import (NO_MEMORY_EFFECTS, arena_span, defined_by_views,
                                            memrefs_used, slots_overlap)
 
     if info.logical:
         return None
     out = list(op.operands)[-1]
     at = k + 1
-    while at < len(ops) and (ops[at].name in VIEW_OPS or
-                             ops[at].name in ("memref.alloc", "arith.constant")):
+    while at < len(ops) and ops[at].name in NO_MEMORY_EFFECTS:
         at += 1
     if at == len(ops):
         return None
     fin = ops[at]
-    if fin.name != "linalg.generic" or fin.results or \
-            list(ir.DenseI32ArrayAttr(fin.attributes["operandSegmentSizes"])) != [1, 1] or \
+    if fin.name != "linalg.generic" or fin.results or segments(fin) != (1, 1) or \
             fin.operands[0] != out or \
             any("parallel" not in str(t) for t in ir.ArrayAttr(fin.attributes["iterator_types"])):
         return None
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(fin.attributes["indexing_maps"])]
+    maps = indexing_maps(fin)
     result = fin.operands[1]
     if maps[0] != maps[1] or not maps[0].is_permutation or \
-            ir.MemRefType(result.type).shape != ir.MemRefType(out.type).shape:
+            ir.MemRefType(result.type).shape != ir.MemRefType(out.type).shape or \
+            not pure_function_of_input(fin):
         return None
-    block = fin.regions[0].blocks[0]
-    if any(True for _ in block.arguments[1].uses):
-        return None
-    for inner in list(block.operations)[:-1]:
-        inner = _op(inner)
-        if inner.regions or inner.name.split(".")[0] not in ("arith", "math"):
-            return None
     if not defined_by_views(result, ops[k + 1:at]):
         return None
     span = arena_span(result)
@@ -473,12 +466,8 @@ def _store_total(out, where, total, info, finish=None) -> None:
         new = ir.Operation.create("arith.extui", [elt], [new]).result
     ir.Operation.create("memref.store", [], [new, out] + where)
     if finish is not None:
-        block = finish.regions[0].blocks[0]
-        body = [_op(o) for o in block.operations]
-        mapping = {block.arguments[0]: new}
-        clone_body_ops(body[:-1], mapping, [])
-        y = body[-1].operands[0]
-        ir.Operation.create("memref.store", [], [mapping.get(y, y), finish.operands[1]] + where)
+        ir.Operation.create("memref.store", [], [apply_body(finish, new),
+                                                 finish.operands[1]] + where)
 
 
 # -- a warp or a block per output --------------------------------------------------------
