@@ -76,6 +76,7 @@ from latch.passes.generic_body import clone_body_ops, index_constant, top_alloca
     used_only_rounded_to_bf16
 from latch.passes import fixed_point_scatter as fixed_point
 from latch.passes import one_hot_gather
+from latch.passes import empty_rows
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
 
@@ -117,6 +118,8 @@ class Contraction:
                                        # the kernel writes that copy instead (c is then it)
     reader_rounds: object | None = None  # the f32 output replaced by c when narrowed_by is
                                          # a reader that rounds it (it stays, reading c)
+    skip: object | None = None  # an empty_rows.Skip: the block skips k-tiles of rows a
+                                # gather left zero (its extents among ``captured``)
 
     def size(self, group: str) -> int:
         n = 1
@@ -679,6 +682,8 @@ class _Kernel:
         self.splits = splits       # split-K: blocks per output tile, each a slice of k
         self.slice = None          # this block's slice number (a value), when splits > 1
         self.overwrite = con.zeroed_by is not None and splits == 1   # C = sum, not C += sum
+        self.m0 = self.n0 = None   # the block's first output row / column (``_begin``)
+        self.batch = {}            # its batch loop indices
 
     def split(self, group: str, flat: str) -> dict:
         """Loop dim -> value, delinearizing ``flat`` over the group's dims."""
@@ -894,16 +899,22 @@ def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
         k.slice = t.arith("remui", bz, k.splits)
         bz = t.arith("divui", bz, k.splits)
     batch = k.split("batch", bz) if con.groups["batch"] else {}
+    k.m0, k.n0, k.batch = m0, n0, batch
     return tid, m0, n0, batch
 
 
 def k_tile_range(t: _Text, k: _Kernel, n_tiles: int) -> tuple[str, str]:
-    """(first, end) of this block's k-tiles: all ``n_tiles``, or its split-K slice."""
+    """(first, end) of this block's k-tiles: all ``n_tiles``, or its split-K slice; fewer
+    (maybe none) where a factor's rows are known zero (``empty_rows.bound_k_tiles``)."""
     if k.splits == 1:
-        return t.const(0), t.const(n_tiles)
-    per = -(-n_tiles // k.splits)
-    lo = t.mul(k.slice, per)
-    return lo, t.arith("minui", t.add(lo, per), n_tiles)
+        lo, hi = t.const(0), t.const(n_tiles)
+    else:
+        per = -(-n_tiles // k.splits)
+        lo = t.mul(k.slice, per)
+        hi = t.arith("minui", t.add(lo, per), n_tiles)
+    if k.con.skip is not None:
+        hi = empty_rows.bound_k_tiles(t, k, lo, hi)
+    return lo, hi
 
 
 def _for_k_tiles(t: _Text, k: _Kernel, n_tiles: int, n_acc: int, zero: str,
@@ -1292,6 +1303,8 @@ class FormContractionKernels(ModulePass):
     gather: bool = True
     deterministic: bool = False
     chip: str = "sm_90"
+    #: products skip the rows a one-hot gather left zero (passes/empty_rows.py)
+    empty_rows: bool = True
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -1317,11 +1330,15 @@ class FormContractionKernels(ModulePass):
         gathers = [sc if sc is not None and self.gather and not self.deterministic and
                    one_hot_gather.applies(sc) else None for sc in scatters]
         grouped = _workspaces(gathers, one_hot_gather.workspace_bytes)
-        for con, scatter, gather in zip(found, scatters, gathers):
+        copies = [one_hot_gather.rounded_copy(g) if g is not None else None for g in gathers]
+        zero_rows, skips = empty_rows.plan(found, scatters, gathers, copies) if self.empty_rows \
+            else ({}, {})
+        for j, (con, scatter, gather) in enumerate(zip(found, scatters, gathers)):
             if scatter is not None:          # a one-hot product: K x N atomic adds instead
                 if gather is not None:       # sources grouped by row, a thread per element
-                    copy = one_hot_gather.rounded_copy(gather)
-                    one_hot_gather.emit_gather(gather, grouped[_block_key(con.op)], copy)
+                    copy = copies[j]
+                    one_hot_gather.emit_gather(gather, grouped[_block_key(con.op)], copy,
+                                               zero_rows.get(j))
                     if copy is not None:
                         copy[0].erase()
                     for zeroing in con.zeroed_by or []:     # every element read is written
@@ -1334,6 +1351,10 @@ class FormContractionKernels(ModulePass):
                 erase_dead_mask_writer(scatter)
                 continue
             name = fresh_symbol("latch_contract_", taken)
+            if j in skips:                   # its extents: one more kernel argument
+                con.skip = skips[j]
+                con.captured = list(con.captured) + [con.skip.extents]
+                con.skip.arg = len(con.captured) - 1
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text
             k_tile = _K_TILE[simt_kernel_text] if make is simt_kernel_text else \
                 mma_k_tiling()[0]

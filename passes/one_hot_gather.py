@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 
+from latch.passes import empty_rows
 from latch.passes.base import operation as _op
 from latch.passes.buffer_views import (arena_span, defined_by_views, hoist_definition,
                                        identity_layout, root, slots_overlap, users)
@@ -181,10 +182,11 @@ def _leading_elements(view, c):
     return math.prod(ir.MemRefType(c.type).shape)
 
 
-def emit_gather(sc: Scatter, workspace, copy=None) -> None:
+def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None) -> None:
     """Replace the contraction of ``sc`` by the launches of the module docstring, using the
     i8 buffer ``workspace`` (at least :func:`workspace_bytes` long); ``copy``: the
-    :func:`rounded_copy` to write instead of the f32 output, or None."""
+    :func:`rounded_copy` to write instead of the f32 output, or None; ``zero_rows``: an
+    ``empty_rows.GatherRows`` whose extents the launches also write, or None."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -226,6 +228,8 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
     body, lin = guarded_launch(op, rows + 2, _THREADS)
     with ir.InsertionPoint.at_block_terminator(body), op.location:
         ir.Operation.create("memref.store", [], [const(i32, 0), counts, lin])
+        if zero_rows is not None:
+            empty_rows.zero_extents(zero_rows, lin)
 
     # 2. group the sources by target row
     body, lin = guarded_launch(op, k_total, _THREADS)
@@ -279,6 +283,8 @@ def emit_gather(sc: Scatter, workspace, copy=None) -> None:
                                       [row, index_constant(con.sizes[d])]).result
             row = ir.Operation.create("arith.addi", [index], [row, dims[d]]).result
         n = ir.Operation.create("memref.load", [i32], [counts, row]).result
+        if zero_rows is not None:
+            empty_rows.raise_extent(zero_rows, first, row, n, counts, live, rows)
         base = ir.Operation.create("arith.muli", [index], [row, index_constant(SLOTS)]).result
         keys = []
         for s in range(SLOTS):
