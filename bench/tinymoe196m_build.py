@@ -2,7 +2,7 @@
 (LATCH_CACHE=0), per-stage compile time, launch/kernel counts, arena, artifact size.
 
     .venv/bin/python bench/tinymoe196m_build.py
-        [--builds b2-bf16,b32-bf16,b2-fp32,b2-bf16-every16,b32-bf16-looped]
+        [--builds b2-bf16,b32-bf16,b2-fp32,b2-bf16-every16,b32-bf16-looped,b32-bf16-padded]
 
 Each build is ``b<batch>-<precision>`` with the recipe of its batch (B2 for b2, Q for
 b32); ``b<batch>-<precision>-every<N>`` is the selective-updates workload (expert weights
@@ -14,7 +14,10 @@ step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py 
 (``"auto"``: fused attention kernels on cuda with bf16; latch/frontend/attention.py), for the
 bench's ``latch-math`` / ``latch-flash`` / ``latch-fused`` engines; a trailing ``-det``
 (e.g. b32-bf16-det) compiles with ``deterministic=True`` (no float atomics: products with a
-one-hot factor summed in a fixed order) for the bench's ``latch-det`` engine.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+one-hot factor summed in a fixed order) for the bench's ``latch-det`` engine; a trailing
+``-padded`` (e.g. b32-bf16-padded) has the expert products compute every capacity slot
+(``latch-form-contraction-kernels{empty-rows=false}``), the A/B of passes/empty_rows.py
+(the artifact is the same workload: run it in place of the default one).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
 so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
@@ -23,6 +26,7 @@ them on the GPU, side by side with the PyTorch controls.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -46,6 +50,26 @@ def fingerprint(model) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def _form_contraction_options(extra: str):
+    """``latch-form-contraction-kernels`` of the ``latch-form-kernels`` pipeline with the
+    options ``extra`` added (e.g. ``"empty-rows=false"``) while the block runs."""
+    import dataclasses
+
+    from latch.passes.pipelines import PIPELINES
+
+    saved = PIPELINES["latch-form-kernels"]
+    if extra:
+        key = "latch-form-contraction-kernels{{"
+        elements = tuple(e.replace(key, key + extra + " ") for e in saved.elements)
+        assert elements != saved.elements, "latch-form-contraction-kernels not in the pipeline"
+        PIPELINES["latch-form-kernels"] = dataclasses.replace(saved, elements=elements)
+    try:
+        yield
+    finally:
+        PIPELINES["latch-form-kernels"] = saved
+
+
 def build(name: str) -> dict:
     os.environ["LATCH_CACHE"] = "0"
     import latch
@@ -58,6 +82,9 @@ def build(name: str) -> dict:
     rule = tinymoe_rule(recipe)
     make = make_tinymoe_196m
     attention = "auto"           # latch.compile's default (fused attention on cuda with bf16)
+    padded = variant[-1:] == ["padded"]   # e.g. b32-bf16-padded: empty-rows=false
+    if padded:
+        variant = variant[:-1]
     deterministic = variant[-1:] == ["det"]      # e.g. b32-bf16-det: deterministic=True
     if deterministic:
         variant = variant[:-1]
@@ -75,10 +102,12 @@ def build(name: str) -> dict:
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications
+    rec["empty_rows"] = not padded
     t0 = time.perf_counter()
     try:
-        prog = latch.compile(model, rule, example, target="cuda", precision=precision,
-                             attention=attention, deterministic=deterministic)
+        with _form_contraction_options("empty-rows=false" if padded else ""):
+            prog = latch.compile(model, rule, example, target="cuda", precision=precision,
+                                 attention=attention, deterministic=deterministic)
     except Exception as e:  # noqa: BLE001 - record where the cuda path stops
         rec["failed"] = f"{type(e).__name__}: {str(e)[:2000]}"
         rec["traceback_tail"] = traceback.format_exc().splitlines()[-8:]
