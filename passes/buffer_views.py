@@ -176,6 +176,8 @@ def may_write(op, alloc) -> bool:
     """Whether ``op`` (or anything nested in it) may write the allocation ``alloc``."""
     from mlir import ir
 
+    if op.name == "gpu.launch_func":      # a kernel may write any buffer it is given
+        return any(isinstance(v.type, ir.MemRefType) and root(v) == alloc for v in op.operands)
     if op.name in VIEW_OPS or op.name in ("memref.alloc", "memref.dealloc", "memref.load",
                                            "memref.get_global") or \
             op.name.startswith(("arith.", "math.", "index.", "gpu.")) and not op.regions:

@@ -212,7 +212,7 @@ def _written_between(rows: ZeroRows, op, positions: dict) -> bool:
         if rows.writer is not None and top == _op(rows.writer):
             continue
         user = _op(user)
-        if user.name == "gpu.launch_func" or may_write(user, rows.buffer):
+        if may_write(user, rows.buffer):
             return True
     return False
 
