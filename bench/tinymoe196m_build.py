@@ -14,10 +14,12 @@ step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py 
 (``"auto"``: fused attention kernels on cuda with bf16; latch/frontend/attention.py), for the
 bench's ``latch-math`` / ``latch-flash`` / ``latch-fused`` engines; a trailing ``-det``
 (e.g. b32-bf16-det) compiles with ``deterministic=True`` (no float atomics: products with a
-one-hot factor summed in a fixed order) for the bench's ``latch-det`` engine; a trailing
-``-padded`` (e.g. b32-bf16-padded) has the expert products compute every capacity slot
-(``latch-form-contraction-kernels{empty-rows=false}``), the A/B of passes/empty_rows.py
-(the artifact is the same workload: run it in place of the default one).  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+one-hot factor summed in a fixed order) for the bench's ``latch-det`` engine; trailing
+``-padded`` / ``-gridorder`` (e.g. b32-bf16-padded, b32-bf16-padded-gridorder) switch off
+a step for its A/B (``OFF_SWITCHES``): the expert products computing every capacity slot
+(``latch-form-contraction-kernels{empty-rows=false}``), the causal attention blocks in
+grid order (``latch-form-attention-kernels{heavy-first=false}``) — the same workload: run
+the artifact in place of the default one.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
 so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
@@ -50,20 +52,29 @@ def fingerprint(model) -> dict:
     return out
 
 
+#: build-name suffix -> (pass of ``latch-form-kernels``, the option it sets): the A/B
+#: builds of a step (the artifact is the same workload: run it in place of the default)
+OFF_SWITCHES = {"padded": ("latch-form-contraction-kernels", "empty-rows=false"),
+                "gridorder": ("latch-form-attention-kernels", "heavy-first=false")}
+
+
 @contextlib.contextmanager
-def _form_contraction_options(extra: str):
-    """``latch-form-contraction-kernels`` of the ``latch-form-kernels`` pipeline with the
-    options ``extra`` added (e.g. ``"empty-rows=false"``) while the block runs."""
+def _form_kernels_options(settings: list):
+    """``latch-form-kernels`` with each (pass, option) of ``settings`` added while the block
+    runs (e.g. ``("latch-form-contraction-kernels", "empty-rows=false")``)."""
     import dataclasses
 
     from latch.passes.pipelines import PIPELINES
 
     saved = PIPELINES["latch-form-kernels"]
-    if extra:
-        key = "latch-form-contraction-kernels{{"
-        elements = tuple(e.replace(key, key + extra + " ") for e in saved.elements)
-        assert elements != saved.elements, "latch-form-contraction-kernels not in the pipeline"
-        PIPELINES["latch-form-kernels"] = dataclasses.replace(saved, elements=elements)
+    elements = list(saved.elements)
+    for pass_name, option in settings:
+        at = [i for i, e in enumerate(elements) if e.split("{")[0] == pass_name]
+        assert len(at) == 1, f"{pass_name} not once in latch-form-kernels"
+        e = elements[at[0]]
+        elements[at[0]] = (e.replace("{{", "{{" + option + " ", 1) if "{{" in e
+                           else e + "{{" + option + "}}")
+    PIPELINES["latch-form-kernels"] = dataclasses.replace(saved, elements=tuple(elements))
     try:
         yield
     finally:
@@ -82,9 +93,9 @@ def build(name: str) -> dict:
     rule = tinymoe_rule(recipe)
     make = make_tinymoe_196m
     attention = "auto"           # latch.compile's default (fused attention on cuda with bf16)
-    padded = variant[-1:] == ["padded"]   # e.g. b32-bf16-padded: empty-rows=false
-    if padded:
-        variant = variant[:-1]
+    switches = []                  # e.g. b32-bf16-padded: empty-rows=false (OFF_SWITCHES)
+    while variant[-1:] and variant[-1] in OFF_SWITCHES:
+        switches.insert(0, variant.pop())
     deterministic = variant[-1:] == ["det"]      # e.g. b32-bf16-det: deterministic=True
     if deterministic:
         variant = variant[:-1]
@@ -102,10 +113,10 @@ def build(name: str) -> dict:
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications
-    rec["empty_rows"] = not padded
+    rec["switched_off"] = [OFF_SWITCHES[w] for w in switches]
     t0 = time.perf_counter()
     try:
-        with _form_contraction_options("empty-rows=false" if padded else ""):
+        with _form_kernels_options([OFF_SWITCHES[w] for w in switches]):
             prog = latch.compile(model, rule, example, target="cuda", precision=precision,
                                  attention=attention, deterministic=deterministic)
     except Exception as e:  # noqa: BLE001 - record where the cuda path stops

@@ -76,10 +76,40 @@ class Shape:
                             where)
 
 
+#: batch entries (heads) whose blocks are dispatched together, heaviest tiles first
+#: (:func:`heavy_first_order`): at TinyMoE B32 1,024 blocks (two waves of the forward)
+#: whose operands (256 KiB of keys and values a head forward, 512 KiB with the queries and
+#: output gradients backward) stay in the H200's 50 MB L2 while the group runs
+HEAD_GROUP = 64
+
+
+def heavy_first_order(t: _Text, linear: str, tiles: int, n: int, heavy: str
+                      ) -> tuple[str, str]:
+    """(tile, batch entry) of block ``linear`` of a 1-D grid of ``tiles * n`` blocks.
+
+    With a causal mask the blocks' work differs: the forward's and dQ's query block i
+    loops over i + 1 key tiles (``heavy="last"``), dK/dV's key block j over ``tiles - j``
+    query tiles (``heavy="first"``).  In a (tile, batch) grid the GPU dispatches blocks
+    in index order, so the last blocks to start include long ones and the kernel ends on
+    a tail of them.  Here the blocks come in groups of ``HEAD_GROUP`` batch entries, and
+    within a group the heaviest tiles of all its entries first (longest work first: the
+    tail is made of the shortest blocks); grouping keeps a group's keys and values in L2.
+    Which block computes which tile changes nothing in any tile's arithmetic."""
+    group = min(HEAD_GROUP, n)
+    first = t.mul(t.arith("divui", linear, group * tiles), group)
+    height = t.arith("minui", t.arith("subi", t.const(n), first), t.const(group))
+    within = t.arith("remui", linear, group * tiles)
+    rank = t.arith("divui", within, height)            # 0: the heaviest tile
+    entry = t.add(first, t.arith("remui", within, height))
+    tile = t.arith("subi", t.const(tiles - 1), rank) if heavy == "last" else rank
+    return tile, entry
+
+
 class _Gen:
     """Emission helpers shared by the three kernels (one instance per kernel)."""
 
-    def __init__(self, shape: Shape, operands: dict | None = None):
+    def __init__(self, shape: Shape, operands: dict | None = None, tiles: int = 0,
+                 heavy: str | None = None):
         self.s = shape
         self.t = t = _Text()
         self.E = shape.E
@@ -88,8 +118,13 @@ class _Gen:
         # [bz / H, bz % H, row, col]) instead of a contiguous [N, rows, E] buffer
         self.operands = dict(operands or {})
         self.tid = t.emit("gpu.thread_id x")
-        self.bx = t.emit("gpu.block_id x")
-        self.bz = t.emit("gpu.block_id y")
+        self.heavy_first = bool(heavy) and shape.causal and shape.n > 1
+        if self.heavy_first:           # a 1-D grid: :func:`heavy_first_order`
+            self.bx, self.bz = heavy_first_order(t, t.emit("gpu.block_id x"), tiles, shape.n,
+                                                 heavy)
+        else:
+            self.bx = t.emit("gpu.block_id x")
+            self.bz = t.emit("gpu.block_id y")
         if self.operands:
             heads = shape.heads
             self.batch = t.arith("divui", self.bz, heads)
@@ -101,6 +136,12 @@ class _Gen:
         self.quarter = t.arith("divui", self.lane, 8)
         self.row8 = t.arith("remui", self.lane, 8)
         self.views: list[tuple[str, str]] = []
+
+    def grid(self, tiles: int) -> tuple[int, int, int]:
+        """The launch grid: (tiles, batch entries), or one dimension of both in the
+        heavy-first order."""
+        n = self.s.n
+        return (tiles * n, 1, 1) if self.heavy_first else (tiles, n, 1)
 
     # -- constants and scalar math
     def f32(self, x: float) -> str:
@@ -310,10 +351,10 @@ def _mem(n: int, rows: int, E: int | None = None, elem: str = "bf16") -> str:
     return f"memref<{n}x{rows}x{E}x{elem}>" if E is not None else f"memref<{n}x{rows}x{elem}>"
 
 
-def forward_kernel(shape: Shape, name: str, operands: dict | None = None
-                   ) -> tuple[str, tuple, tuple, int]:
+def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
+                   heavy_first: bool = True) -> tuple[str, tuple, tuple, int]:
     """(module text, grid, block, dynamic shared bytes) of ``o, lse = attention(q, k, v)``."""
-    g = _Gen(shape, operands)
+    g = _Gen(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, ks, vs = g.shared("%Qs", 1), g.shared("%Ks"), g.shared("%Vs")
@@ -379,7 +420,7 @@ def forward_kernel(shape: Shape, name: str, operands: dict | None = None
     t.line("}")
     text, shared = g.module(name, "attention", [("%Q", qt), ("%K", kt), ("%V", kt),
                                                 ("%O", qt), ("%LSE", lt)])
-    return text, (s.L // BLOCK, s.n, 1), (THREADS, 1, 1), shared
+    return text, g.grid(s.L // BLOCK), (THREADS, 1, 1), shared
 
 
 def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None) -> list[str]:
@@ -393,10 +434,10 @@ def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None)
     return out
 
 
-def dq_kernel(shape: Shape, name: str, operands: dict | None = None
-              ) -> tuple[str, tuple, tuple, int]:
+def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
+              heavy_first: bool = True) -> tuple[str, tuple, tuple, int]:
     """dQ of ``latch.attention_grad``: per query block, a loop over key tiles."""
-    g = _Gen(shape, operands)
+    g = _Gen(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, dos, ks, vs = g.shared("%Qs", 1), g.shared("%dOs", 1), g.shared("%Ks"), g.shared("%Vs")
@@ -439,14 +480,14 @@ def dq_kernel(shape: Shape, name: str, operands: dict | None = None
     text, shared = g.module(name, "attention_dq", [
         ("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
         ("%dQ", qt)])
-    return text, (s.L // BLOCK, s.n, 1), (THREADS, 1, 1), shared
+    return text, g.grid(s.L // BLOCK), (THREADS, 1, 1), shared
 
 
-def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None
-                ) -> tuple[str, tuple, tuple, int]:
+def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None,
+                heavy_first: bool = True) -> tuple[str, tuple, tuple, int]:
     """dK and dV of ``latch.attention_grad``: per key block, a loop over query tiles, with
     the keys as the rows of every product (``K Qᵀ``, ``V dOᵀ``)."""
-    g = _Gen(shape, operands)
+    g = _Gen(shape, operands, shape.S // BLOCK, "first" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     ks, vs, qs, dos = g.shared("%Ks", 1), g.shared("%Vs", 1), g.shared("%Qs"), g.shared("%dOs")
@@ -500,7 +541,7 @@ def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None
     text, shared = g.module(name, "attention_dkdv", [
         ("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
         ("%dK", kt), ("%dV", kt)])
-    return text, (s.S // BLOCK, s.n, 1), (THREADS, 1, 1), shared
+    return text, g.grid(s.S // BLOCK), (THREADS, 1, 1), shared
 
 
 # ---------------------------------------------------------------------------------------
@@ -584,6 +625,9 @@ class FormAttentionKernels(ModulePass):
     summary = ("buffer-form latch.attention / latch.attention_grad -> launches of flash-style "
                "tensor-core kernels (scores kept in registers)")
 
+    #: causal blocks dispatched heaviest first, in groups of HEAD_GROUP heads
+    heavy_first: bool = True
+
     def apply(self, module) -> None:
         from mlir import ir
         from mlir.dialects import gpu
@@ -622,7 +666,7 @@ class FormAttentionKernels(ModulePass):
                                 [q, k, v, lse, do, delta, dk, dv]]
                 for make, args in zip(kernels, launches):
                     name = fresh_symbol("latch_attention_", taken)
-                    text, grid, block, shared = make(shape, name, views)
+                    text, grid, block, shared = make(shape, name, views, self.heavy_first)
                     parsed = ir.Module.parse(text)      # kept alive until detached
                     kernel_module = _op(parsed.body.operations[0])
                     ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
