@@ -15,11 +15,14 @@ step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py 
 bench's ``latch-math`` / ``latch-flash`` / ``latch-fused`` engines; a trailing ``-det``
 (e.g. b32-bf16-det) compiles with ``deterministic=True`` (no float atomics: products with a
 one-hot factor summed in a fixed order) for the bench's ``latch-det`` engine; trailing
-``-padded`` / ``-gridorder`` (e.g. b32-bf16-padded, b32-bf16-padded-gridorder) switch off
-a step for its A/B (``OFF_SWITCHES``): the expert products computing every capacity slot
-(``latch-form-contraction-kernels{empty-rows=false}``), the causal attention blocks in
-grid order (``latch-form-attention-kernels{heavy-first=false}``) — the same workload: run
-the artifact in place of the default one.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
+``OFF_SWITCHES`` suffixes (e.g. b32-bf16-padded, b32-bf16-padded-gridorder) switch steps
+off for their A/B: ``-padded`` the expert products computing every capacity slot
+(``latch-form-contraction-kernels{empty-rows=false}``), ``-gridorder`` the causal attention
+blocks in grid order (``latch-form-attention-kernels{heavy-first=false}``),
+``-unfinished`` row reductions without their elementwise reader
+(``latch-wrap-host-compute{finish-rows=false}``), ``-unfused`` no ``latch-fuse-rows``,
+``-reuse0`` ``latch-plan-memory{reuse-distance=0}`` — the same workload, run by
+bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
 so that the GPU side can check it built the same model).  bench/tinymoe_bench_gpu.py runs
@@ -52,33 +55,53 @@ def fingerprint(model) -> dict:
     return out
 
 
-#: build-name suffix -> (pass of ``latch-form-kernels``, the option it sets): the A/B
-#: builds of a step (the artifact is the same workload: run it in place of the default)
-OFF_SWITCHES = {"padded": ("latch-form-contraction-kernels", "empty-rows=false"),
-                "gridorder": ("latch-form-attention-kernels", "heavy-first=false")}
+#: build-name suffix -> (pipeline, pass, its option ``key=value`` or None to drop the
+#: pass): the A/B builds of a step (the artifact is the same workload: run it in place of
+#: the default, or side by side as bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engine)
+OFF_SWITCHES = {
+    "padded": ("latch-form-kernels", "latch-form-contraction-kernels", "empty-rows=false"),
+    "gridorder": ("latch-form-kernels", "latch-form-attention-kernels", "heavy-first=false"),
+    "unfinished": ("latch-form-kernels", "latch-wrap-host-compute", "finish-rows=false"),
+    "unfused": ("latch-form-kernels", "latch-fuse-rows", None),
+    "reuse0": ("latch-bufferize", "latch-plan-memory", "reuse-distance=0"),
+}
+
+
+def _with_option(element: str, option: str) -> str:
+    """A pipeline element (a pass with ``{{...}}`` options, format-escaped) with ``option``
+    (``key=value``) set, replacing the key's value if it has one."""
+    key = option.split("=")[0]
+    if "{{" not in element:
+        return element + "{{" + option + "}}"
+    name, rest = element.split("{{", 1)
+    options = [o for o in rest[:-2].split() if o.split("=")[0] != key]
+    return name + "{{" + " ".join([option] + options) + "}}"
 
 
 @contextlib.contextmanager
-def _form_kernels_options(settings: list):
-    """``latch-form-kernels`` with each (pass, option) of ``settings`` added while the block
-    runs (e.g. ``("latch-form-contraction-kernels", "empty-rows=false")``)."""
+def _switched_off(suffixes: list):
+    """The pipelines with the OFF_SWITCHES of ``suffixes`` applied while the block runs."""
     import dataclasses
 
     from latch.passes.pipelines import PIPELINES
 
-    saved = PIPELINES["latch-form-kernels"]
-    elements = list(saved.elements)
-    for pass_name, option in settings:
+    saved = dict(PIPELINES)
+    for suffix in suffixes:
+        pipeline, pass_name, option = OFF_SWITCHES[suffix]
+        named = PIPELINES[pipeline]
+        elements = list(named.elements)
         at = [i for i, e in enumerate(elements) if e.split("{")[0] == pass_name]
-        assert len(at) == 1, f"{pass_name} not once in latch-form-kernels"
-        e = elements[at[0]]
-        elements[at[0]] = (e.replace("{{", "{{" + option + " ", 1) if "{{" in e
-                           else e + "{{" + option + "}}")
-    PIPELINES["latch-form-kernels"] = dataclasses.replace(saved, elements=tuple(elements))
+        assert len(at) == 1, f"{pass_name} not once in {pipeline}"
+        if option is None:
+            del elements[at[0]]
+        else:
+            elements[at[0]] = _with_option(elements[at[0]], option)
+        PIPELINES[pipeline] = dataclasses.replace(named, elements=tuple(elements))
     try:
         yield
     finally:
-        PIPELINES["latch-form-kernels"] = saved
+        PIPELINES.clear()
+        PIPELINES.update(saved)
 
 
 def build(name: str) -> dict:
@@ -116,7 +139,7 @@ def build(name: str) -> dict:
     rec["switched_off"] = [OFF_SWITCHES[w] for w in switches]
     t0 = time.perf_counter()
     try:
-        with _form_kernels_options([OFF_SWITCHES[w] for w in switches]):
+        with _switched_off(switches):
             prog = latch.compile(model, rule, example, target="cuda", precision=precision,
                                  attention=attention, deterministic=deterministic)
     except Exception as e:  # noqa: BLE001 - record where the cuda path stops

@@ -20,6 +20,10 @@ engine runs in its own process on the same model (same seed) and the same fixed 
   ``latch``; ``--repeat-check`` runs each Latch engine's loss curve twice from the fresh
   state and records whether the two runs' losses and final states are bitwise equal
   (``bitwise_repeatable``);
+* ``latch-<switches>`` (not in the default ``--engines``), e.g. ``latch-padded`` or
+  ``latch-padded-gridorder``: the build ``tinymoe196m-b<B>-bf16-<switches>.latch`` with
+  those compiler steps switched off (bench/tinymoe196m_build.py ``OFF_SWITCHES``), its time
+  relative to ``latch``: the A/B of a step, side by side in one run;
 * ``torch-eager``: zero_grad, autocast forward, backward, clip_grad_norm_, AdamW, schedule;
 * ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
   update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
@@ -101,6 +105,21 @@ def parse_workload(name: str) -> tuple[int, bool]:
 # attention option "math", "-det": deterministic=True).
 LATCH_ENGINES = {"latch": "", "latch-math": "-math", "latch-flash": "-flash",
                  "latch-fused": "-fused", "latch-det": "-det"}
+
+
+def latch_suffix(engine: str) -> str | None:
+    """The build suffix of a Latch engine: LATCH_ENGINES', or for ``latch-<switches>``
+    (``-`` separated bench/tinymoe196m_build.py OFF_SWITCHES, e.g. ``latch-padded`` or
+    ``latch-padded-gridorder``: the build with those steps off, the A/B of a compiler step
+    side by side with ``latch``) ``-<switches>``; None for other engines."""
+    from tinymoe196m_build import OFF_SWITCHES
+
+    if engine in LATCH_ENGINES:
+        return LATCH_ENGINES[engine]
+    parts = engine.split("-")
+    if parts[0] == "latch" and len(parts) > 1 and all(w in OFF_SWITCHES for w in parts[1:]):
+        return "-" + "-".join(parts[1:])
+    return None
 
 
 def build_name(batch: int, looped: bool, suffix: str = "") -> str:
@@ -220,13 +239,13 @@ def child(engine: str, workload: str, args) -> dict:
     batch, looped = parse_workload(workload)
     make = make_looped_tinymoe_196m if looped else make_tinymoe_196m
     model, (idx, tgt) = make(batch=batch)
-    suffix = LATCH_ENGINES.get(engine, "")
+    suffix = latch_suffix(engine) or ""
     build = json.load(open(os.path.join(ART, "build.json"))).get(
         build_name(batch, looped, suffix), {})
     want, got = build.get("fingerprint", {}), fingerprint(model)
     same = all(abs(got[k][1] - want[k][1]) <= 1e-9 * abs(want[k][1]) for k in want)
     idx, tgt = idx.cuda(), tgt.cuda()
-    if engine in LATCH_ENGINES:
+    if latch_suffix(engine) is not None:
         out = run_latch(batch, idx, tgt, model, args, looped, suffix)
         for k in ("total_s", "stages_s"):
             if k in build:
@@ -387,7 +406,7 @@ def main() -> int:
                   f"{work['optimizer_bytes'] / 1e9:.1f} GB of optimizer traffic: floor "
                   f"{r['floor_ms']:.2f} ms at the measured ceilings = "
                   f"{100 * r['fraction_of_ceilings']:.1f}% of this engine's time", flush=True)
-        for mine in (m for m in LATCH_ENGINES if m in ok):
+        for mine in (m for m in ok if latch_suffix(m) is not None):
             for e in ("torch-eager", "torch-compile-graph"):
                 if e in ok:
                     ratio = ok[e]["median_ms"] / ok[mine]["median_ms"]

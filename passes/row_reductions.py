@@ -254,9 +254,10 @@ def match_row_reduction(op):
     return info
 
 
-def cooperative_row_reductions(body) -> int:
+def cooperative_row_reductions(body, finish: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
-    ``gpu.launch``; returns how many were replaced."""
+    ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`);
+    returns how many were replaced."""
     n = 0
     ops = [_op(o) for o in body.operations]
     erased = set()
@@ -269,7 +270,7 @@ def cooperative_row_reductions(body) -> int:
         if found.column is not None:
             _emit_columns(op, found)
         else:
-            at = _finalizer(op, found, ops, k)
+            at = _finalizer(op, found, ops, k) if finish else None
             if at is not None:
                 hoist_definition(ops[at].operands[1], op)
             _emit(op, found, ops[at] if at is not None else None)

@@ -126,6 +126,9 @@ class WrapHostCompute(ModulePass):
                "full reductions, copies) into one-iteration scf.parallel loops, i.e. kernels")
 
     reduce_threads: int = 256
+    #: a row reduction's elementwise reader finished by the lanes that store the totals
+    #: (passes/row_reductions.py, "Finished in the same launch")
+    finish_rows: bool = True
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -141,7 +144,7 @@ class WrapHostCompute(ModulePass):
             if self.reduce_threads > 0:
                 collapse_one_hot_reductions(body)
                 fuse_online_softmax_sums(body)
-                cooperative_row_reductions(body)
+                cooperative_row_reductions(body, self.finish_rows)
                 _parallel_full_reductions(body, self.reduce_threads)
             _wrap(body)
 

@@ -1,0 +1,37 @@
+"""bench/tinymoe196m_build.py's OFF_SWITCHES: each build-name suffix switches one compiler
+step off in the pipelines (for the A/B of that step on the GPU), and only while a build runs."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+
+
+def test_each_switch_changes_its_pass_and_is_undone():
+    import tinymoe196m_build as build
+    from latch.passes.pipelines import PIPELINES
+
+    before = {name: p.expand({}) for name, p in PIPELINES.items()}
+    for suffix, (pipeline, pass_name, option) in build.OFF_SWITCHES.items():
+        with build._switched_off([suffix]):
+            after = PIPELINES[pipeline].expand({})
+            if option is None:
+                assert pass_name in before[pipeline] and pass_name not in after, suffix
+            else:
+                changed = [e for e in after if e.split("{")[0] == pass_name]
+                assert len(changed) == 1 and option in changed[0], (suffix, changed)
+                key = option.split("=")[0]
+                assert changed[0].count(key + "=") == 1, changed   # replaced, not added twice
+            assert {n: p.expand({}) for n, p in PIPELINES.items() if n != pipeline} == \
+                {n: e for n, e in before.items() if n != pipeline}
+        assert {name: p.expand({}) for name, p in PIPELINES.items()} == before
+
+
+def test_the_bench_runs_switched_builds_as_latch_engines():
+    import tinymoe_bench_gpu as bench
+
+    assert bench.latch_suffix("latch") == ""
+    assert bench.latch_suffix("latch-padded-gridorder") == "-padded-gridorder"
+    assert bench.latch_suffix("latch-nonsense") is None
+    assert bench.latch_suffix("torch-eager") is None
