@@ -74,7 +74,8 @@ class ZeroRows:
     buffer: object
     length: int
     count: int
-    op: object                 # the gather's contraction (before it is emitted)
+    op: object                 # what wrote it: a gather's contraction (before it is
+                               # emitted), a product, an elementwise generic
     writer: object = None      # the rounded copy's generic the gather replaces, if any
     rows: int | None = None    # S chosen by the first product that reads it
     extents: object = None
@@ -95,37 +96,10 @@ def _float_value(v):
 
 
 def maps_zero_to_zero(g) -> bool:
-    """Whether the body of the one-input generic ``g`` (a rounding copy) yields ±0 for the
-    input 0: its ops evaluated on that input (``extf``/``truncf`` keep it, ``addf``,
-    ``subf``, ``mulf``, ``negf`` with float constants)."""
+    """Whether the body of the one-input generic ``g`` (a rounding copy) yields 0 for the
+    input 0 (:func:`_zero_results`: ``truncf``, adding a zero constant)."""
     block = g.regions[0].blocks[0]
-    values = {block.arguments[0]: 0.0}
-
-    def value(v):
-        return values[v] if v in values else _float_value(v)
-
-    for o in block.operations:
-        o = _op(o)
-        if o.name == "linalg.yield":
-            y = value(o.operands[0])
-            return y is not None and y == 0.0
-        args = [value(v) for v in o.operands]
-        if any(a is None for a in args) or len(o.results) != 1:
-            return False
-        if o.name in ("arith.extf", "arith.truncf"):
-            r = args[0]        # a nonzero value that rounds to zero only errs on the safe side
-        elif o.name == "arith.addf":
-            r = args[0] + args[1]
-        elif o.name == "arith.subf":
-            r = args[0] - args[1]
-        elif o.name == "arith.mulf":
-            r = args[0] * args[1]
-        elif o.name == "arith.negf":
-            r = -args[0]
-        else:
-            return False
-        values[o.results[0]] = r
-    return False
+    return _zero_results(block, block.arguments[0]) == [True]
 
 
 def gather_rows(sc, copy) -> ZeroRows | None:

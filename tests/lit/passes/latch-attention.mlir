@@ -1,5 +1,6 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-lower-attention)' | FileCheck %s --check-prefix=LOWER
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-bufferize, latch-form-attention-kernels)' | FileCheck %s --check-prefix=KERNELS
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-bufferize, latch-form-attention-kernels{heavy-first=false})' | FileCheck %s --check-prefix=GRID
 //
 // A causal attention and its gradient on queries that are a transposed input.
 //
@@ -18,9 +19,12 @@
 // launches over [batch, rows, E] views: the forward (one block per 64 queries and batch
 // entry), then dQ and dK/dV; no scores are stored.
 // KERNELS-LABEL: func.func @update(
+// GRID: gpu.launch_func @latch_attention_0::@attention blocks in (%c1, %c2, %c1{{.*}})
 // KERNELS: %[[LSE:.+]] = memref.alloc() {alignment = 256 : i64, latch.offset = {{[0-9]+}} : i64} : memref<1x2x64xf32>
 // KERNELS: %[[L2:.+]] = memref.collapse_shape %[[LSE]] {{\[\[}}0, 1], [2]] : memref<1x2x64xf32> into memref<2x64xf32>
-// KERNELS: gpu.launch_func @latch_attention_0::@attention blocks in (%c1, %c2, %c1{{.*}}) threads in (%c128, {{.+}} dynamic_shared_memory_size %c15360_i32 args({{.+}}, %[[L2]] : memref<2x64xf32>)
+// causal: the blocks on a 1-D grid, heaviest first (heavy-first=true); one query block
+// of 64 rows for each of the 2 heads
+// KERNELS: gpu.launch_func @latch_attention_0::@attention blocks in (%c2, %c1, %c1{{.*}}) threads in (%c128, {{.+}} dynamic_shared_memory_size %c15360_i32 args({{.+}}, %[[L2]] : memref<2x64xf32>)
 // KERNELS: gpu.launch_func @latch_attention_1::@attention_dq
 // KERNELS: gpu.launch_func @latch_attention_2::@attention_dkdv
 // KERNELS-NOT: "latch.attention
