@@ -358,6 +358,32 @@ def plan(found, scatters, gathers, copies) -> tuple[dict, dict]:
     return used, skips
 
 
+#: a product skips only where that pays for the extent's load (about 1 us at the start of
+#: every block, before its first copies): rows as output tiles, when its tiles take at
+#: least MIN_WAVES waves of the GPU (skipped blocks then shorten the kernel); rows as its
+#: reduction, when a block's k loop has at least MIN_K_TILES tiles.  Measured on the H200
+#: (tinymoe_bench-20261205T030210Z.json, every expert product skipping): TinyMoE B2 6.73 ->
+#: 6.99 ms (its expert products take one or two waves of 10 k-tiles), B32 58.73 -> 57.77.
+MIN_WAVES = 4
+MIN_K_TILES = 16
+_SMS = 132
+
+
+def pays(con, skip: Skip, chip: str) -> bool:
+    """Whether product ``con`` gains from skipping the rows of ``skip`` (above)."""
+    from latch.passes import contraction_wgmma as wg
+
+    if chip == "sm_90a" and wg.wgmma_applies(con):
+        bn, splits = wg.tiling(con)
+    else:
+        bn, splits = 128, 1
+    k_tiles = -(-con.size("k") // 64)
+    if skip.group == "k":
+        return -(-k_tiles // splits) >= MIN_K_TILES
+    tiles = -(-con.size("n") // bn) * -(-con.size("m") // 128) * max(1, con.size("batch"))
+    return tiles * splits >= MIN_WAVES * _SMS
+
+
 # ---------------------------------------------------------------------------------------
 # the gather's side: zero the extents, raise them
 # ---------------------------------------------------------------------------------------

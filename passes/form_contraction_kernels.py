@@ -1351,8 +1351,8 @@ class FormContractionKernels(ModulePass):
                 erase_dead_mask_writer(scatter)
                 continue
             name = fresh_symbol("latch_contract_", taken)
-            if j in skips:                   # its extents: one more kernel argument
-                con.skip = skips[j]
+            if j in skips and empty_rows.pays(con, skips[j], self.chip):  # its extents:
+                con.skip = skips[j]                                  # one more argument
                 con.captured = list(con.captured) + [con.skip.extents]
                 con.skip.arg = len(con.captured) - 1
             make = mma_kernel_text if (self.mma and con.mma) else simt_kernel_text

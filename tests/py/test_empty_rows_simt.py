@@ -61,6 +61,10 @@ def _skipping_and_not(cls, tmp_path, monkeypatch, inputs=_inputs,
     the same bits; with ``reference``, the parameters' change under SGD(1.0) is their
     float64 gradient within bf16 error.  Returns the skipping module's text and the number
     of its product kernels that load extents."""
+    from latch.passes import empty_rows
+
+    monkeypatch.setattr(empty_rows, "MIN_WAVES", 0)     # these products are small: skip
+    monkeypatch.setattr(empty_rows, "MIN_K_TILES", 0)   # wherever the rows allow it
     torch.manual_seed(0)
     model = cls()
     x, y = inputs()
@@ -220,3 +224,13 @@ def test_looped_moe_update_skipping_empty_slots_is_bitwise_the_same(tmp_path, mo
     _, loading = _skipping_and_not(LoopedMoE, tmp_path, monkeypatch, inputs=_tokens,
                                    reference=False)
     assert loading >= 3 * 9        # 3 layer applications, 9 expert products each
+
+
+def test_small_products_do_not_skip(tmp_path, monkeypatch):
+    """With the default thresholds (empty_rows.pays) this layer's products are too small
+    for the extent's load to pay: none skips, the gathers still record extents."""
+    torch.manual_seed(0)
+    model = MoELayer()
+    x, y = _inputs()
+    _, _, _, text, _ = _update(model, x, y, "math", tmp_path, monkeypatch, form=_form(True))
+    assert _loading(text) == 0 and text.count("atomic_rmw maxs") == 2
