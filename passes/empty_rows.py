@@ -366,7 +366,6 @@ def plan(found, scatters, gathers, copies) -> tuple[dict, dict]:
 #: 6.99 ms (its expert products take one or two waves of 10 k-tiles), B32 58.73 -> 57.77.
 MIN_WAVES = 4
 MIN_K_TILES = 16
-_SMS = 132
 
 
 def pays(con, skip: Skip, chip: str) -> bool:
@@ -377,11 +376,11 @@ def pays(con, skip: Skip, chip: str) -> bool:
         bn, splits = wg.tiling(con)
     else:
         bn, splits = 128, 1
-    k_tiles = -(-con.size("k") // 64)
+    k_tiles = -(-con.size("k") // wg.BK)
     if skip.group == "k":
         return -(-k_tiles // splits) >= MIN_K_TILES
-    tiles = -(-con.size("n") // bn) * -(-con.size("m") // 128) * max(1, con.size("batch"))
-    return tiles * splits >= MIN_WAVES * _SMS
+    tiles = -(-con.size("n") // bn) * -(-con.size("m") // wg.BM) * max(1, con.size("batch"))
+    return tiles * splits >= MIN_WAVES * wg._SMS
 
 
 # ---------------------------------------------------------------------------------------
