@@ -18,7 +18,9 @@ one-hot factor summed in a fixed order) for the bench's ``latch-det`` engine; tr
 ``OFF_SWITCHES`` suffixes (e.g. b32-bf16-padded, b32-bf16-padded-gridorder) switch steps
 off for their A/B: ``-padded`` the expert products computing every capacity slot
 (``latch-form-contraction-kernels{empty-rows=false}``), ``-gridorder`` the causal attention
-blocks in grid order (``latch-form-attention-kernels{heavy-first=false}``),
+blocks in grid order (``latch-form-attention-kernels{heavy-first=false}``), ``-mmasync``
+the attention kernels' products as ``mma.sync`` instead of ``wgmma``
+(``latch-form-attention-kernels{chip=sm_90}``),
 ``-unfinished`` row reductions without their elementwise reader
 (``latch-wrap-host-compute{finish-rows=false}``), ``-unfused`` no ``latch-fuse-rows``,
 ``-reuse0`` ``latch-plan-memory{reuse-distance=0}`` — the same workload, run by
@@ -61,6 +63,7 @@ def fingerprint(model) -> dict:
 OFF_SWITCHES = {
     "padded": ("latch-form-kernels", "latch-form-contraction-kernels", "empty-rows=false"),
     "gridorder": ("latch-form-kernels", "latch-form-attention-kernels", "heavy-first=false"),
+    "mmasync": ("latch-form-kernels", "latch-form-attention-kernels", "chip=sm_90"),
     "unfinished": ("latch-form-kernels", "latch-wrap-host-compute", "finish-rows=false"),
     "unfused": ("latch-form-kernels", "latch-fuse-rows", None),
     "reuse0": ("latch-bufferize", "latch-plan-memory", "reuse-distance=0"),

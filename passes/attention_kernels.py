@@ -280,6 +280,16 @@ class _Gen:
                 acc[ni] = self.mma(a, bf[ni], acc[ni])
         return acc
 
+    def products_nt(self, pairs) -> list[list[list[str]]]:
+        """:meth:`product_nt` of each ((A tile, stage), (B tile, stage)) pair (one tile's
+        independent products: the wgmma emitter waits for them together)."""
+        return [self.product_nt(*a, *b) for a, b in pairs]
+
+    def accumulate_all(self, items) -> list:
+        """:meth:`accumulate_pv` of each (p, X tile, stage, acc) (independent of each other:
+        the wgmma emitter stages every p, then waits for all the products together)."""
+        return [self.accumulate_pv(*item) for item in items]
+
     def cell(self, row0: str, col0: str, ni: int, r: int) -> tuple[str, str]:
         """(row, column) of accumulator register ``r`` of n-tile ``ni``."""
         t = self.t
@@ -289,6 +299,23 @@ class _Gen:
 
     def causal_keep(self, q_row: str, k_col: str) -> str:
         return self.t.emit(f"arith.cmpi ule, {k_col}, {q_row} : index")
+
+    def on_diagonal(self, diag: str, values: list[list[str]], mask) -> list[list[str]]:
+        """``values`` (accumulator cells [ni][r]) with ``mask(ni, r, value)`` applied if
+        ``diag`` (this tile is the causal diagonal's), unchanged otherwise: in the tiles off
+        the diagonal every key precedes every query, so only one tile a block pays for the
+        mask's index arithmetic (the condition is the same for the whole block)."""
+        t = self.t
+        flat = [v for tile in values for v in tile]
+        types = ", ".join(["f32"] * len(flat))
+        res = t.fresh()
+        t.line(f"{res}:{len(flat)} = scf.if {diag} -> ({types}) {{")
+        masked = [mask(ni, r, v) for ni, tile in enumerate(values) for r, v in enumerate(tile)]
+        t.line(f"scf.yield {', '.join(masked)} : {types}")
+        t.line("} else {")
+        t.line(f"scf.yield {', '.join(flat)} : {types}")
+        t.line("}")
+        return [[f"{res}#{4 * ni + r}" for r in range(4)] for ni in range(len(values))]
 
     def store_rows(self, dst: str, dst_type: str, row0: str, acc, factor: list[str]) -> None:
         """Write this warp's 16 x E accumulator block times ``factor`` (per row: rows g and
@@ -352,9 +379,10 @@ def _mem(n: int, rows: int, E: int | None = None, elem: str = "bf16") -> str:
 
 
 def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
-                   heavy_first: bool = True) -> tuple[str, tuple, tuple, int]:
-    """(module text, grid, block, dynamic shared bytes) of ``o, lse = attention(q, k, v)``."""
-    g = _Gen(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
+                   heavy_first: bool = True, gen=None) -> tuple[str, tuple, tuple, int]:
+    """(module text, grid, block, dynamic shared bytes) of ``o, lse = attention(q, k, v)``;
+    ``gen``: the emitter class (:class:`_Gen`, ``mma.sync``; or attention_wgmma's)."""
+    g = (gen or _Gen)(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, ks, vs = g.shared("%Qs", 1), g.shared("%Ks"), g.shared("%Vs")
@@ -377,11 +405,10 @@ def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
     c = g.f32(s.scale * LOG2E)
     x = [[g.f("arith.mulf", sc[ni][r], c) for r in range(4)] for ni in range(BLOCK // 8)]
     if s.causal:
-        for ni in range(BLOCK // 8):
-            for r in range(4):
-                row, col = g.cell(q0, k0, ni, r)
-                x[ni][r] = t.emit(f"arith.select {g.causal_keep(row, col)}, {x[ni][r]}, "
-                                  f"{g.neg_inf()} : f32")
+        def mask(ni, r, v):
+            row, col = g.cell(q0, k0, ni, r)
+            return t.emit(f"arith.select {g.causal_keep(row, col)}, {v}, {g.neg_inf()} : f32")
+        x = g.on_diagonal(t.emit(f"arith.cmpi eq, {j}, {g.bx} : index"), x, mask)
     m_new, alpha = [], []
     for half in (0, 1):
         m = x[0][2 * half]
@@ -435,9 +462,9 @@ def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None)
 
 
 def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
-              heavy_first: bool = True) -> tuple[str, tuple, tuple, int]:
+              heavy_first: bool = True, gen=None) -> tuple[str, tuple, tuple, int]:
     """dQ of ``latch.attention_grad``: per query block, a loop over key tiles."""
-    g = _Gen(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
+    g = (gen or _Gen)(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, dos, ks, vs = g.shared("%Qs", 1), g.shared("%dOs", 1), g.shared("%Ks"), g.shared("%Vs")
@@ -456,21 +483,18 @@ def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
     stage = t.arith("remui", j, 2)
     nxt = t.add(j, 1)
     g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi, t.arith("remui", nxt, 2))
-    sc = g.product_nt(qs, t.const(0), ks, stage)
-    dp = g.product_nt(dos, t.const(0), vs, stage)
+    sc, dp = g.products_nt([((qs, t.const(0)), (ks, stage)), ((dos, t.const(0)), (vs, stage))])
     k0 = t.mul(j, BLOCK)
     c = g.f32(s.scale * LOG2E)
-    ds = []
-    for ni in range(BLOCK // 8):
-        row_ds = []
-        for r in range(4):
-            x = g.f("arith.subf", g.f("arith.mulf", sc[ni][r], c), lse2[r // 2])
-            p = t.emit(f"math.exp2 {x} : f32")
-            if s.causal:
-                row, col = g.cell(q0, k0, ni, r)
-                p = t.emit(f"arith.select {g.causal_keep(row, col)}, {p}, {zero} : f32")
-            row_ds.append(g.f("arith.mulf", p, g.f("arith.subf", dp[ni][r], delta[r // 2])))
-        ds.append(row_ds)
+    p = [[t.emit(f"math.exp2 {g.f('arith.subf', g.f('arith.mulf', sc[ni][r], c), lse2[r // 2])}"
+                 " : f32") for r in range(4)] for ni in range(BLOCK // 8)]
+    if s.causal:
+        def mask(ni, r, v):
+            row, col = g.cell(q0, k0, ni, r)
+            return t.emit(f"arith.select {g.causal_keep(row, col)}, {v}, {zero} : f32")
+        p = g.on_diagonal(t.emit(f"arith.cmpi eq, {j}, {g.bx} : index"), p, mask)
+    ds = [[g.f("arith.mulf", p[ni][r], g.f("arith.subf", dp[ni][r], delta[r // 2]))
+           for r in range(4)] for ni in range(BLOCK // 8)]
     dq = g.accumulate_pv(ds, ks, stage, dq)
     t.line("gpu.barrier")
     g.close_loop([v for tile in dq for v in tile])
@@ -484,10 +508,10 @@ def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
 
 
 def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None,
-                heavy_first: bool = True) -> tuple[str, tuple, tuple, int]:
+                heavy_first: bool = True, gen=None) -> tuple[str, tuple, tuple, int]:
     """dK and dV of ``latch.attention_grad``: per key block, a loop over query tiles, with
     the keys as the rows of every product (``K Qᵀ``, ``V dOᵀ``)."""
-    g = _Gen(shape, operands, shape.S // BLOCK, "first" if heavy_first else None)
+    g = (gen or _Gen)(shape, operands, shape.S // BLOCK, "first" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     ks, vs, qs, dos = g.shared("%Ks", 1), g.shared("%Vs", 1), g.shared("%Qs"), g.shared("%dOs")
@@ -509,28 +533,30 @@ def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None,
     nxt = t.add(i, 1)
     g.prefetch([("%Q", qt, qs), ("%dO", qt, dos)], nxt, hi,
                t.arith("remui", t.arith("subi", nxt, lo), 2))
-    st = g.product_nt(ks, t.const(0), qs, stage)     # [key][query]
-    dpt = g.product_nt(vs, t.const(0), dos, stage)
+    st, dpt = g.products_nt([((ks, t.const(0)), (qs, stage)),        # [key][query]
+                             ((vs, t.const(0)), (dos, stage))])
     q0 = t.mul(i, BLOCK)
     c = g.f32(s.scale * LOG2E)
-    pt, dst = [], []
+    pt, deltas = [], []
     for ni in range(BLOCK // 8):
-        p_row, ds_row = [], []
+        p_row, d_row = [], []
         for r in range(4):
-            key, q = g.cell(k0, q0, ni, r)
+            _key, q = g.cell(k0, q0, ni, r)
             lse = t.emit(f"memref.load %LSE[{g.bz}, {q}] : {lt}")
-            delta = t.emit(f"memref.load %DELTA[{g.bz}, {q}] : {lt}")
+            d_row.append(t.emit(f"memref.load %DELTA[{g.bz}, {q}] : {lt}"))
             x = g.f("arith.subf", g.f("arith.mulf", st[ni][r], c),
                     g.f("arith.mulf", lse, g.f32(LOG2E)))
-            p = t.emit(f"math.exp2 {x} : f32")
-            if s.causal:
-                p = t.emit(f"arith.select {g.causal_keep(q, key)}, {p}, {zero} : f32")
-            p_row.append(p)
-            ds_row.append(g.f("arith.mulf", p, g.f("arith.subf", dpt[ni][r], delta)))
+            p_row.append(t.emit(f"math.exp2 {x} : f32"))
         pt.append(p_row)
-        dst.append(ds_row)
-    dv = g.accumulate_pv(pt, dos, stage, dv)
-    dk = g.accumulate_pv(dst, qs, stage, dk)
+        deltas.append(d_row)
+    if s.causal:
+        def mask(ni, r, v):
+            key, q = g.cell(k0, q0, ni, r)
+            return t.emit(f"arith.select {g.causal_keep(q, key)}, {v}, {zero} : f32")
+        pt = g.on_diagonal(t.emit(f"arith.cmpi eq, {i}, {g.bx} : index"), pt, mask)
+    dst = [[g.f("arith.mulf", pt[ni][r], g.f("arith.subf", dpt[ni][r], deltas[ni][r]))
+            for r in range(4)] for ni in range(BLOCK // 8)]
+    dv, dk = g.accumulate_all([(pt, dos, stage, dv), (dst, qs, stage, dk)])
     t.line("gpu.barrier")
     g.close_loop([v for tile in dv + dk for v in tile])
     dv = [[f"{res}#{4 * n + r}" for r in range(4)] for n in range(E // 8)]
@@ -627,6 +653,8 @@ class FormAttentionKernels(ModulePass):
 
     #: causal blocks dispatched heaviest first, in groups of HEAD_GROUP heads
     heavy_first: bool = True
+    #: sm_90a: wgmma kernels (passes/attention_wgmma.py) where the head dimension is 64
+    chip: str = "sm_90"
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -649,8 +677,11 @@ class FormAttentionKernels(ModulePass):
         taken = symbol_names(module)
         index = ir.IndexType.get()
         i32 = ir.IntegerType.get_signless(32)
+        from latch.passes import attention_wgmma
         for op in found:
             shape, strided = _shape_of(op)
+            gen = attention_wgmma.WgmmaGen if self.chip == "sm_90a" and \
+                attention_wgmma.applies(shape) else _Gen
             kernels = [forward_kernel] if op.name == "latch.attention" else \
                 [dq_kernel, dkdv_kernel]
             names = _NAMES[op.name]
@@ -666,7 +697,7 @@ class FormAttentionKernels(ModulePass):
                                 [q, k, v, lse, do, delta, dk, dv]]
                 for make, args in zip(kernels, launches):
                     name = fresh_symbol("latch_attention_", taken)
-                    text, grid, block, shared = make(shape, name, views, self.heavy_first)
+                    text, grid, block, shared = make(shape, name, views, self.heavy_first, gen)
                     parsed = ir.Module.parse(text)      # kept alive until detached
                     kernel_module = _op(parsed.body.operations[0])
                     ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())

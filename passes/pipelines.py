@@ -79,7 +79,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "contractions become tiled (tensor-core) kernels, the parallel loops of each other "
         "linalg op become outlined gpu.func kernels, and the host keeps only the launch "
         "schedule",
-        ("latch-form-attention-kernels", "latch-wrap-host-compute", "latch-forward-zero-fills",
+        ("latch-form-attention-kernels{{chip={chip}}}", "latch-wrap-host-compute",
+         "latch-forward-zero-fills",
          "latch-form-contraction-kernels{{mma={mma} chip={chip} scatter={scatter} "
          "deterministic={deterministic}}}",
          "latch-nonfinite-checks{{phase=mark}}", "latch-fuse-rows",
