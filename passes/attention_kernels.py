@@ -356,7 +356,12 @@ class _Gen:
         t.line("}")
         self.commit()
         t.line("nvvm.cp.async.wait.group 1")
+        self.landed()
         t.line("gpu.barrier")
+
+    def landed(self) -> None:
+        """After this thread's copies of the current tile landed, before the block meets
+        (nothing here: ldmatrix reads them through the generic proxy)."""
 
     def module(self, name: str, kernel: str, args: list[tuple[str, str]]) -> tuple[str, int]:
         """The gpu.module text and its dynamic shared bytes."""

@@ -96,17 +96,8 @@ class WgmmaGen(_Gen):
                    f"{self.sm}[{dst}], 8 {{bypassL1}} : {self.type_of(src, src_type)} to "
                    f"{self.sm_type}")
 
-    def prefetch(self, tiles, nxt: str, hi: str, stage: str) -> None:
-        t = self.t
-        t.line(f"scf.if {t.emit(f'arith.cmpi ult, {nxt}, {hi} : index')} {{")
-        row0 = t.mul(nxt, BLOCK)
-        for src, src_type, smem in tiles:
-            self.stage_tile(src, src_type, row0, smem, stage)
-        t.line("}")
-        self.commit()
-        t.line("nvvm.cp.async.wait.group 1")
-        t.line(_FENCE)                  # this thread's landed copies, to the async proxy
-        t.line("gpu.barrier")
+    def landed(self) -> None:
+        self.t.line(_FENCE)             # this thread's landed copies, to the async proxy
 
     # -- products
     def _desc(self, smem: str, stage, mn_major: bool) -> list[str]:
