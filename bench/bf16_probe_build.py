@@ -5,7 +5,7 @@ one update from a fresh state gives the gradients exactly as ``g = p_before - p_
 magnitude below bf16's).  bench/bf16_probe_gpu.py runs them on the GPU against PyTorch in
 float64 and PyTorch's own bf16 autocast, both computed there.
 
-    .venv/bin/python bench/bf16_probe_build.py [--only mlp,char_lm,tiny_moe,tinymoe-b2,tinymoe-b32]
+    .venv/bin/python bench/bf16_probe_build.py [--only mlp,char_lm,tiny_moe,tiny_moe_e64,tinymoe-b2,tinymoe-b32]
 
 Writes bench/artifacts/bf16probe/<workload>.latch and build.json (compile times, counts, a
 fingerprint of the model's initial parameters so the GPU side can check that the same seed
@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 OUT = os.path.join(ROOT, "bench", "artifacts", "bf16probe")
-WORKLOADS = ("mlp", "char_lm", "tiny_moe", "tinymoe-b2", "tinymoe-b32")
+WORKLOADS = ("mlp", "char_lm", "tiny_moe", "tiny_moe_e64", "tinymoe-b2", "tinymoe-b32")
 
 
 def make(workload: str):
@@ -34,8 +34,23 @@ def make(workload: str):
     if workload.startswith("looped-tinymoe-b"):          # layers 2-5 twice (WORKLOADS.md)
         from tinymoe_model import make_looped_tinymoe_196m
         return make_looped_tinymoe_196m(batch=int(workload[len("looped-tinymoe-b"):]))
+    if workload == "tiny_moe_e64":     # the fused attention kernels' shapes, small: head
+        return make_tiny_moe_e64()     # dimension 64, 4 query tiles of 64 (diagonal + below)
     from models import MODELS
     return MODELS[workload](seed=0)
+
+
+def make_tiny_moe_e64(seed: int = 0, batch: int = 4, seq: int = 256, vocab: int = 256):
+    """tests/py/models.py's TinyMoE with d 128 in 2 heads of 64 and sequences of 256: the
+    causal attention takes latch-form-attention-kernels' fused kernels (wgmma on sm_90a),
+    which the other small models' 16-wide heads and 16-token sequences do not."""
+    import torch
+
+    from models import TinyMoE
+    torch.manual_seed(seed)
+    model = TinyMoE(vocab=vocab, d=128, n_heads=2, seq=seq, hidden=128)
+    data = torch.randint(0, vocab, (batch, seq + 1))
+    return model, (data[:, :-1].contiguous(), data[:, 1:].contiguous())
 
 
 def fingerprint(model) -> list[float]:
@@ -50,7 +65,7 @@ def fingerprint(model) -> list[float]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default="mlp,char_lm,tiny_moe")
+    p.add_argument("--only", default="mlp,char_lm,tiny_moe,tiny_moe_e64")
     args = p.parse_args(argv)
     import latch
     from latch import optim
