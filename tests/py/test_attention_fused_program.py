@@ -147,3 +147,28 @@ def test_fused_attention_inside_a_repeat(tmp_path, monkeypatch):
     assert got["fused"][1] < got["flash"][1]
     for name, err in got["fused"][0].items():
         assert err <= 1.25 * got["flash"][0][name] + 2e-3, (name, err, got["flash"][0][name])
+
+
+def test_wgmma_attention_update_gives_the_mma_sync_bits(tmp_path, monkeypatch):
+    """Heads of 64 (the wgmma kernels' head dimension, passes/attention_wgmma.py): the whole
+    update formed with latch-form-attention-kernels{chip=sm_90a}, as the cuda target forms
+    it, gives exactly the loss and parameters of the update with the mma.sync kernels
+    (tests/py/test_attention_wgmma_simt.py covers the strided head views)."""
+    torch.manual_seed(0)
+    model = CausalSelfAttention(d=128, heads=2)
+    x, y = torch.randn(2, 128, 128), torch.randn(2, 128, 128)
+    got = {}
+    for chip in ("sm_90a", "sm_90"):
+        (tmp_path / chip).mkdir()
+        form = FORM.replace("latch-form-attention-kernels,",
+                            f"latch-form-attention-kernels{{chip={chip}}},")
+        new, loss, _, text, _ = _update(model, x, y, "fused", tmp_path / chip, monkeypatch,
+                                        form=form)
+        dq = text[text.index("gpu.func @attention_dq"):]
+        dq = dq[:dq.index("gpu.return")]
+        assert ("nvvm.wgmma.mma_async" in dq) == (chip == "sm_90a")
+        assert ("nvvm.mma.sync" in dq) == (chip == "sm_90")
+        got[chip] = (new, loss)
+    assert got["sm_90a"][1] == got["sm_90"][1]
+    for a, b in zip(got["sm_90a"][0], got["sm_90"][0]):
+        assert torch.equal(a, b)
