@@ -34,23 +34,15 @@ def make(workload: str):
     if workload.startswith("looped-tinymoe-b"):          # layers 2-5 twice (WORKLOADS.md)
         from tinymoe_model import make_looped_tinymoe_196m
         return make_looped_tinymoe_196m(batch=int(workload[len("looped-tinymoe-b"):]))
-    if workload == "tiny_moe_e64":     # the fused attention kernels' shapes, small: head
-        return make_tiny_moe_e64()     # dimension 64, 4 query tiles of 64 (diagonal + below)
+    if workload == "tiny_moe_e64":
+        # the small TinyMoE with heads of 64 and 256-token sequences: its causal attention
+        # takes latch-form-attention-kernels' fused kernels (wgmma on sm_90a; 4 query tiles,
+        # the diagonal and below), which the 16-wide heads of 16 tokens above do not
+        from models import make_tiny_moe
+        return make_tiny_moe(seed=0, batch=4, seq=256, vocab=256, d=128, n_heads=2,
+                             hidden=128)
     from models import MODELS
     return MODELS[workload](seed=0)
-
-
-def make_tiny_moe_e64(seed: int = 0, batch: int = 4, seq: int = 256, vocab: int = 256):
-    """tests/py/models.py's TinyMoE with d 128 in 2 heads of 64 and sequences of 256: the
-    causal attention takes latch-form-attention-kernels' fused kernels (wgmma on sm_90a),
-    which the other small models' 16-wide heads and 16-token sequences do not."""
-    import torch
-
-    from models import TinyMoE
-    torch.manual_seed(seed)
-    model = TinyMoE(vocab=vocab, d=128, n_heads=2, seq=seq, hidden=128)
-    data = torch.randint(0, vocab, (batch, seq + 1))
-    return model, (data[:, :-1].contiguous(), data[:, 1:].contiguous())
 
 
 def fingerprint(model) -> list[float]:

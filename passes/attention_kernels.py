@@ -363,14 +363,21 @@ class _Gen:
         """After this thread's copies of the current tile landed, before the block meets
         (nothing here: ldmatrix reads them through the generic proxy)."""
 
-    def module(self, name: str, kernel: str, args: list[tuple[str, str]]) -> tuple[str, int]:
-        """The gpu.module text and its dynamic shared bytes."""
+    def shared_views(self) -> tuple[list[str], int]:
+        """(lines defining the shared tiles, placed before the kernel's lines; dynamic
+        shared bytes): one view of dynamic shared memory a tile."""
         t = self.t
         dyn = f"memref<?xi8, {_WG}>"
         views, offset = [f"%dyn = gpu.dynamic_shared_memory : {dyn}"], 0
         for smem, stype in self.views:
             views.append(f"{smem} = memref.view %dyn[{t.const(offset)}][] : {dyn} to {stype}")
             offset += _bytes(stype)
+        return views, offset
+
+    def module(self, name: str, kernel: str, args: list[tuple[str, str]]) -> tuple[str, int]:
+        """The gpu.module text and its dynamic shared bytes."""
+        t = self.t
+        views, offset = self.shared_views()
         body = "\n      ".join(t.const_lines + views + t.lines)
         sig = ", ".join(f"{a}: {self.type_of(a, ty)}" for a, ty in args)
         text = (f"gpu.module @{name} {{\n  gpu.func @{kernel}({sig}) kernel attributes "

@@ -184,11 +184,10 @@ class WgmmaGen(_Gen):
     def accumulate_pv(self, p, v_smem, v_stage, acc):
         return self.accumulate_all([(p, v_smem, v_stage, acc)])[0]
 
+    def shared_views(self) -> tuple[list[str], int]:
+        # the flat view is defined at the kernel's start (__init__); 1 KiB for its alignment
+        return [], 2 * self.size + 1024
+
     def module(self, name: str, kernel: str, args: list[tuple[str, str]]) -> tuple[str, int]:
-        t = self.t
-        body = "\n      ".join(t.const_lines + t.lines).replace(_SM_SIZE, str(self.size))
-        sig = ", ".join(f"{a}: {self.type_of(a, ty)}" for a, ty in args)
-        text = (f"gpu.module @{name} {{\n  gpu.func @{kernel}({sig}) kernel attributes "
-                f"{{known_block_size = array<i32: {THREADS}, 1, 1>}} {{\n      {body}\n"
-                "      gpu.return\n    }\n}")
-        return text, 2 * self.size + 1024
+        text, shared = super().module(name, kernel, args)
+        return text.replace(_SM_SIZE, str(self.size)), shared

@@ -224,9 +224,11 @@ class TinyMoE(nn.Module):
         return ce + self.aux_weight * aux / len(self.layers)
 
 
-def make_tiny_moe(seed: int = 0, batch: int = 2, seq: int = 16, vocab: int = 64):
+def make_tiny_moe(seed: int = 0, batch: int = 2, seq: int = 16, vocab: int = 64, **config):
+    """A TinyMoE and a batch of token ids; ``config``: more TinyMoE arguments (d, n_heads,
+    hidden, ...)."""
     torch.manual_seed(seed)
-    model = TinyMoE(vocab=vocab, seq=seq)
+    model = TinyMoE(vocab=vocab, seq=seq, **config)
     data = torch.randint(0, vocab, (batch, seq + 1))
     return model, (data[:, :-1].contiguous(), data[:, 1:].contiguous())
 
