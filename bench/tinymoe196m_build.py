@@ -23,7 +23,9 @@ the attention kernels' products as ``mma.sync`` instead of ``wgmma``
 (``latch-form-attention-kernels{chip=sm_90}``),
 ``-unfinished`` row reductions without their elementwise reader
 (``latch-wrap-host-compute{finish-rows=false}``), ``-unfused`` no ``latch-fuse-rows``,
-``-reuse0`` ``latch-plan-memory{reuse-distance=0}`` — the same workload, run by
+``-reuse0`` ``latch-plan-memory{reuse-distance=0}``, ``-widelanes`` elementwise vector lanes
+set by the widest element instead of the narrowest
+(``latch-map-parallel-loops{narrow-lanes=false}``) — the same workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
@@ -67,6 +69,7 @@ OFF_SWITCHES = {
     "unfinished": ("latch-form-kernels", "latch-wrap-host-compute", "finish-rows=false"),
     "unfused": ("latch-form-kernels", "latch-fuse-rows", None),
     "reuse0": ("latch-bufferize", "latch-plan-memory", "reuse-distance=0"),
+    "widelanes": ("latch-form-kernels", "latch-map-parallel-loops", "narrow-lanes=false"),
 }
 
 

@@ -6,11 +6,19 @@ instruction; the memory system wants 16 (the H200's copy bandwidth is reached wi
 accesses, HOPPER.md).  When the fastest loop of a straight-line body walks the contiguous
 (unit-stride) last dimension of every buffer it touches, ``V`` consecutive iterations are
 ``V`` consecutive elements of each: one ``vector.load`` / ``vector.store`` of ``V`` elements
-(``V * bytes <= 16``) replaces ``V`` scalar accesses, and the arithmetic between them is
+replaces ``V`` scalar accesses, and the arithmetic between them is
 cloned once per lane on ``vector.extract``-ed scalars (so every op lowers exactly as in a
 scalar kernel).  Values that do not depend on the fastest loop (index math of the other
 loops, a per-row scale, a constant) are computed once and shared by the lanes; a stored
 value that does not vary is broadcast.
+
+``V`` is set by the **narrowest** element accessed (``narrow=True``, the default): its
+accesses move 16 bytes, wider ones ``V * bytes`` in up to four 16-byte pieces (LLVM splits
+the vector) — a cross-entropy gradient over bf16 logits that also reads an i64 vocabulary
+index (TinyMoE B32's largest elementwise kernel, 4.3 GB) moved its logits 4 bytes an
+access when ``V`` was set by the widest element (8 bytes: ``V = 2``), and the bf16 tensors
+of a bf16/f32 kernel 8 bytes (``V = 4``).  ``narrow=False`` keeps that older rule (every
+access at most 16 bytes).
 
 Refused (the loop keeps scalar iterations) when: the fastest loop's index is used other than
 as the last index of a load or store; a buffer's last dimension is not contiguous, not a
@@ -21,7 +29,8 @@ read at other indices (lanes would see each other's writes); or a buffer holds `
 """
 from __future__ import annotations
 
-_MAX_BYTES = 16
+_MAX_BYTES = 16        # the narrowest element's access
+_MAX_PIECES = 4        # 16-byte pieces of the widest element's access (narrow lanes)
 
 
 def _bytes(elt) -> int | None:
@@ -37,11 +46,12 @@ def _bytes(elt) -> int | None:
     return bits // 8 if bits in (8, 16, 32, 64) else None
 
 
-def vector_width(ops, iv, count: int, lo: int, step: int) -> int:
+def vector_width(ops, iv, count: int, lo: int, step: int, narrow: bool = True) -> int:
     """Lanes per thread for the straight-line body ``ops`` whose fastest loop index is the
     block argument ``iv`` (``count`` iterations from ``lo`` by ``step``): the largest ``V``
-    with ``V * element bytes <= 16`` for every buffer accessed along ``iv`` that the checks
-    above allow, or 1."""
+    that the checks above allow with ``V * bytes <= 16`` for the narrowest element accessed
+    along ``iv`` and ``V * bytes <= 64`` for the widest (``narrow``; else ``<= 16`` for
+    every element), or 1."""
     from mlir import ir
 
     from latch.passes.buffer_views import root
@@ -49,7 +59,7 @@ def vector_width(ops, iv, count: int, lo: int, step: int) -> int:
     if lo != 0 or step != 1:
         return 1
     varying = {iv}
-    widest = 0
+    widest, narrowest = 0, _MAX_BYTES
     lanes = []            # (memref type) of every access along iv
     stored_roots = {}
     for op in ops:
@@ -73,6 +83,7 @@ def vector_width(ops, iv, count: int, lo: int, step: int) -> int:
                     return 1
                 lanes.append(mt)
                 widest = max(widest, nbytes)
+                narrowest = min(narrowest, nbytes)
                 if name == "memref.load":
                     varying.add(op.results[0])
             continue
@@ -89,6 +100,8 @@ def vector_width(ops, iv, count: int, lo: int, step: int) -> int:
                    for m, i in stored_roots[root(op.operands[0])]):
                 return 1
     v = _MAX_BYTES // widest
+    if narrow:
+        v = min(_MAX_BYTES // narrowest, _MAX_PIECES * _MAX_BYTES // widest)
     while v > 1:
         if count % v == 0 and all(_aligned(mt, v) for mt in lanes):
             return v

@@ -15,7 +15,7 @@ import pytest
 from simt import Simt
 
 
-def run_mapped(text: str, args, per_thread: int, vector: bool = False):
+def run_mapped(text: str, args, per_thread: int, vector: bool = False, narrow: bool = True):
     from mlir import ir
 
     import latch.dialect
@@ -26,7 +26,8 @@ def run_mapped(text: str, args, per_thread: int, vector: bool = False):
     with ctx, ir.Location.unknown():
         m = ir.Module.parse(text)
         run_pipeline(m, "builtin.module(latch-map-parallel-loops{"
-                        f"per-thread={per_thread} min-blocks=1 vector={str(vector).lower()}}}"
+                        f"per-thread={per_thread} min-blocks=1 vector={str(vector).lower()} "
+                        f"narrow-lanes={str(narrow).lower()}}}"
                         ",canonicalize,cse)")
         kernel = str(m)
         assert "scf.parallel" not in kernel and "gpu.launch" in kernel
@@ -240,18 +241,24 @@ func.func @main(%x: memref<2x3x4x64xbf16>, %y: memref<2x4x3x64xbf16>, %f: memref
 """
 
 
-def test_vector_lanes_by_element_size():
+@pytest.mark.parametrize("narrow", [True, False])
+def test_vector_lanes_by_element_size(narrow):
+    # narrow lanes: 16 bytes of the narrowest element (the f32 -> bf16 rounding: 8 lanes, the
+    # f32 read as 32 bytes); otherwise of the widest (4 lanes, the bf16 stored as 8 bytes)
     import torch
     rng = np.random.default_rng(4)
     x = torch.tensor(rng.standard_normal((2, 3, 4, 64))).bfloat16().double().numpy()
     f = rng.standard_normal((2, 3, 4, 64)).astype(np.float32)
     kernel, (_, y, _, g) = run_mapped(
-        PERMUTE, [x, np.zeros((2, 4, 3, 64)), f, np.zeros((2, 3, 4, 64))], 1, vector=True)
+        PERMUTE, [x, np.zeros((2, 4, 3, 64)), f, np.zeros((2, 3, 4, 64))], 1, vector=True,
+        narrow=narrow)
     np.testing.assert_array_equal(y, x.transpose(0, 2, 1, 3))
     np.testing.assert_array_equal(g, torch.tensor(f).bfloat16().double().numpy())
     body = kernel.split("gpu.launch")
-    assert "vector<8xbf16>" in body[1] and "vector<4xf32>" in body[2]
-    assert "vector.store %{{" not in body[2] and "vector<4xbf16>" in body[2]
+    lanes = 8 if narrow else 4
+    assert "vector<8xbf16>" in body[1] and f"vector<{lanes}xf32>" in body[2]
+    assert "vector.store %{{" not in body[2] and f"vector<{lanes}xbf16>" in body[2]
+    assert f"vector<{12 - lanes}xf32>" not in body[2]
 
 
 # a fill (a stored value that does not vary: broadcast) and a per-row scale (a load that
