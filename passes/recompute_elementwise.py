@@ -32,8 +32,12 @@ A producer qualifies when:
   contraction, which reads each element once per column of the other operand, does not:
   products keep reading materialized operands, as latch-form-contraction-kernels wants —
   except a plain widening of bf16 to f32, whose copies let each product read the bf16
-  values and widen them itself, a tensor-core kernel, and a plain transpose or copy, whose
-  copies let each product read the original through the permuted map), directly or through ``tensor.expand_shape`` / ``tensor.collapse_shape`` (cloned with the
+  values and widen them itself, a tensor-core kernel, a plain transpose or copy, whose
+  copies let each product read the original through the permuted map, and a generic that
+  reads nothing — an ``arange`` — which a reader, broadcasting it or not, computes from its
+  own indices if its other inputs still bound all of its loops, :func:`_covered_without`;
+  such a producer is copied for one qualifying reader too, the others keeping it),
+  directly or through ``tensor.expand_shape`` / ``tensor.collapse_shape`` (cloned with the
   copy; elementwise fusion folds them once ``linalg-fold-unit-extent-dims`` has made every
   indexing map a projected permutation).
 
@@ -228,6 +232,28 @@ def _readers(value, path=(), projections: bool = False) -> list | None:
     return out
 
 
+def _of_indices_only(op) -> bool:
+    """Whether generic ``op`` reads no tensor: its elements are a function of their indices
+    alone (``arange``, a positional mask).  A reader recomputes it from its own loop
+    indices, reading nothing — a cross-entropy's gradient compared an i64 ``arange`` of the
+    vocabulary, read 8 bytes an element beside the 2 of the bf16 logits, with the targets."""
+    return segments(op)[0] == 0
+
+
+def _covered_without(reader, number: int) -> bool:
+    """Whether every loop of generic ``reader`` indexes one of its inputs other than input
+    ``number``: computed there from the loop index, that input leaves the reader fusable
+    (elementwise fusion into a reduction needs each loop bounded by an input — a one-hot
+    ``[t == arange]`` that read only its targets besides the arange would be materialized,
+    4.3 GB in f32 for TinyMoE's vocabulary at B32, instead of fused into its row sum)."""
+    n_in, _ = segments(reader)
+    seen = set()
+    for k, m in enumerate(indexing_maps(reader)[:n_in]):
+        if k != number:
+            seen.update(str(e) for e in m.results)
+    return all(f"d{d}" in seen for d in range(_n_loops(reader)))
+
+
 def _widens_bf16(op) -> bool:
     """Whether generic ``op`` only widens one bf16 input to f32 (``yield extf(in)``): a
     product reading its copy reads bf16 values widened at the product (a tensor-core kernel
@@ -276,11 +302,17 @@ class RecomputeElementwise(ModulePass):
                 if not _is_recomputable(op):
                     continue
                 readers = _readers(op.results[0])
-                if readers is None and (_widens_bf16(op) or _moves_elements(op)):
+                if readers is None and (_widens_bf16(op) or _moves_elements(op)
+                                        or _of_indices_only(op)):
                     readers = _readers(op.results[0], projections=True)
                 if readers is None or not 2 <= len(readers) <= self.max_readers:
-                    continue
-                for path, owner, number in readers[1:]:
+                    if readers is None or not _of_indices_only(op):
+                        continue
+                targets = readers[1:]
+                if _of_indices_only(op):
+                    covered = [r for r in readers if _covered_without(r[1], r[2])]
+                    targets = covered[1:] if len(covered) == len(readers) else covered
+                for path, owner, number in targets:
                     ip = ir.InsertionPoint(owner)
                     value = op.clone(ip=ip).results[0]
                     for reshape in path:

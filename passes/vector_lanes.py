@@ -20,8 +20,12 @@ access when ``V`` was set by the widest element (8 bytes: ``V = 2``), and the bf
 of a bf16/f32 kernel 8 bytes (``V = 4``).  ``narrow=False`` keeps that older rule (every
 access at most 16 bytes).
 
-Refused (the loop keeps scalar iterations) when: the fastest loop's index is used other than
-as the last index of a load or store; a buffer's last dimension is not contiguous, not a
+The fastest loop's index may also be used as a value (an ``arange`` recomputed in its
+reader: ``[t == v]`` of a one-hot): lane ``j`` takes the first lane's index plus ``j``.
+
+Refused (the loop keeps scalar iterations) when: the fastest loop's index, or a value
+computed from it, is an index of a load or store other than the fastest loop's own last
+one; a buffer's last dimension is not contiguous, not a
 multiple of ``V`` long, or its other strides or offset would misalign a ``V``-element access;
 an index other than the last depends on a loaded value (a gather); a store's last index is
 not the fastest loop's (lanes would write one element); a buffer the body stores to is also
@@ -87,9 +91,7 @@ def vector_width(ops, iv, count: int, lo: int, step: int, narrow: bool = True) -
                 if name == "memref.load":
                     varying.add(op.results[0])
             continue
-        if any(v == iv for v in op.operands):
-            return 1                         # the index used in arithmetic
-        if any(v in varying for v in op.operands):
+        if any(v in varying for v in op.operands):     # the index used as a value too
             varying.update(op.results)
     if not lanes:
         return 1
@@ -134,12 +136,24 @@ class LaneEmitter:
     def _value(self, x, j):
         return self.lanes[j].get(x, self.shared.get(x, x))
 
+    def _lane_index(self, j):
+        """The fastest loop's index in lane ``j`` (made where first needed)."""
+        if self.iv not in self.lanes[j]:
+            from mlir import ir
+
+            from latch.passes.generic_body import index_constant
+
+            first = self.shared[self.iv]
+            self.lanes[j][self.iv] = first if j == 0 else ir.Operation.create(
+                "arith.addi", [ir.IndexType.get()], [first, index_constant(j)]).result
+        return self.lanes[j][self.iv]
+
     def emit(self, ops) -> None:
         from mlir import ir
 
         for op in ops:
             name = op.name
-            varying = any(o in self.lanes[0] for o in op.operands)
+            varying = any(o in self.lanes[0] or o == self.iv for o in op.operands)
             if name == "memref.load" and list(op.operands)[-1] == self.iv:
                 mem = self.shared.get(op.operands[0], op.operands[0])
                 idx = [self.shared.get(x, x) for x in list(op.operands)[1:]]
@@ -181,6 +195,8 @@ class LaneEmitter:
                     self.shared[old_r] = new_r
                 continue
             for j in range(self.v):              # per lane
+                if self.iv in list(op.operands):
+                    self._lane_index(j)
                 new = op.clone()
                 for i, operand in enumerate(list(new.operands)):
                     new.operands[i] = self._value(operand, j)

@@ -300,19 +300,55 @@ def test_vector_lanes_share_row_values_and_broadcast_fills():
     assert "vector.store" in second and "memref.store" not in second   # a splat, stored
 
 
-# refused: the index in arithmetic (an iota), a transposing store, a misaligned view, a
+# the fastest loop's index as a value (an arange recomputed where it is read: a one-hot
+# [j == t[i]] of a cross-entropy's gradient): lane j takes the first lane's index + j
+ONE_HOT = """
+func.func @main(%x: memref<16x256xbf16>, %t: memref<16xi64>, %y: memref<16x256xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c256 = arith.constant 256 : index
+  scf.parallel (%j, %i) = (%c0, %c0) to (%c256, %c16) step (%c1, %c1) {
+    %a = memref.load %x[%i, %j] : memref<16x256xbf16>
+    %ti = memref.load %t[%i] : memref<16xi64>
+    %jj = arith.index_cast %j : index to i64
+    %hit = arith.cmpi eq, %jj, %ti : i64
+    %one = arith.uitofp %hit : i1 to bf16
+    %d = arith.subf %a, %one : bf16
+    memref.store %d, %y[%i, %j] : memref<16x256xbf16>
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("per_thread", [1, 4])
+def test_vector_lanes_take_the_index_as_a_value(per_thread):
+    import torch
+    rng = np.random.default_rng(6)
+    x = torch.tensor(rng.standard_normal((16, 256))).bfloat16().double().numpy()
+    t = rng.integers(0, 256, 16)
+    kernel, (_, _, y) = run_mapped(ONE_HOT, [x, t, np.zeros((16, 256))], per_thread,
+                                   vector=True)
+    want = torch.tensor(x - (np.arange(256)[None, :] == t[:, None])).bfloat16().double()
+    np.testing.assert_array_equal(y, want.numpy())
+    assert "vector<8xbf16>" in kernel and kernel.count("arith.cmpi eq") % 8 == 0   # per lane
+
+
+# refused: an index computed from the fastest loop's (x[i + 1]), a transposing store, a misaligned view, a
 # buffer stored and read at another index (a loop whose iterations race: lanes must not
 # make it worse)
 REFUSED = {
-    "iota": """
-func.func @main(%y: memref<1024xf32>) {
+    "computed-index": """
+func.func @main(%x: memref<1025xf32>, %y: memref<1024xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %n = arith.constant 1024 : index
   scf.parallel (%i) = (%c0) to (%n) step (%c1) {
-    %k = arith.index_cast %i : index to i32
-    %f = arith.sitofp %k : i32 to f32
-    memref.store %f, %y[%i] : memref<1024xf32>
+    %k = arith.addi %i, %c1 : index
+    %v = memref.load %x[%k] : memref<1025xf32>
+    memref.store %v, %y[%i] : memref<1024xf32>
     scf.reduce
   }
   return
@@ -365,7 +401,9 @@ def test_vector_lanes_refused(case):
     they computed."""
     x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     args, want = {
-        "iota": ([np.zeros(1024, np.float32)], [np.arange(1024, dtype=np.float32)]),
+        "computed-index": ([np.arange(1025, dtype=np.float32), np.zeros(1024, np.float32)],
+                           [np.arange(1025, dtype=np.float32),
+                            np.arange(1, 1025, dtype=np.float32)]),
         "transpose": ([x, np.zeros((64, 64), np.float32)], [x, x.T]),
         "misaligned": ([np.arange(1025, dtype=np.float32), np.zeros(1024, np.float32)],
                        [np.arange(1025, dtype=np.float32),

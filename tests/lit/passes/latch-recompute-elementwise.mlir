@@ -1,5 +1,6 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise)' | FileCheck %s
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise, func.func(linalg-fuse-elementwise-ops), canonicalize, cse)' | FileCheck %s --check-prefix=FUSED
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise, func.func(linalg-fuse-elementwise-ops), latch-recompute-elementwise, func.func(linalg-fuse-elementwise-ops), canonicalize, cse)' | FileCheck %s --check-prefix=ROUNDS
 // An elementwise producer read by several generics, each reading every element once, is
 // cloned for each further reader; fused, each reader computes it from the producer's input.
 // A softmax-like chain: s = l - m, read by a row sum of exp(s) and by s * s.
@@ -700,4 +701,104 @@ func.func @bare_rounding(%x: tensor<8x16xbf16>, %w: tensor<16x32xbf16>, %u: tens
       linalg.yield %m : bf16
   } -> tensor<8x32xbf16>
   return %g, %h : tensor<8x32xbf16>, tensor<8x32xbf16>
+}
+
+// -----
+// An arange (a generic reading nothing) read by a one-hot compare that broadcasts it and by
+// a row reduction: each reader computes it from its own loop index (no [16] i64 tensor).
+// CHECK-LABEL: func.func @iota_readers(
+// CHECK-COUNT-2: linalg.index 0
+// FUSED-LABEL: func.func @iota_readers(
+// FUSED-NOT: tensor<16xi64>
+// FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : tensor<4x16xbf16>, tensor<4xi64>)
+// FUSED: linalg.index 1
+// FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%arg0, %arg1 : tensor<4x16xbf16>, tensor<4xi64>)
+// FUSED: linalg.index 1
+#v = affine_map<(t, v) -> (v)>
+#t = affine_map<(t, v) -> (t)>
+#id = affine_map<(t, v) -> (t, v)>
+#i1 = affine_map<(v) -> (v)>
+func.func @iota_readers(%x: tensor<4x16xbf16>, %label: tensor<4xi64>) -> (tensor<4x16xbf16>, tensor<4xf32>) {
+  %e = tensor.empty() : tensor<16xi64>
+  %iota = linalg.generic {indexing_maps = [#i1], iterator_types = ["parallel"]} outs(%e : tensor<16xi64>) {
+    ^bb0(%o: i64):
+      %i = linalg.index 0 : index
+      %c = arith.index_cast %i : index to i64
+      linalg.yield %c : i64
+  } -> tensor<16xi64>
+  %e2 = tensor.empty() : tensor<4x16xbf16>
+  %g = linalg.generic {indexing_maps = [#id, #v, #t, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %iota, %label : tensor<4x16xbf16>, tensor<16xi64>, tensor<4xi64>) outs(%e2 : tensor<4x16xbf16>) {
+    ^bb0(%a: bf16, %k: i64, %l: i64, %o: bf16):
+      %hit = arith.cmpi eq, %k, %l : i64
+      %one = arith.uitofp %hit : i1 to bf16
+      %r = arith.subf %a, %one : bf16
+      linalg.yield %r : bf16
+  } -> tensor<4x16xbf16>
+  %z = arith.constant 0.0 : f32
+  %e3 = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e3 : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#id, #v, #t, #t], iterator_types = ["parallel", "reduction"]}
+      ins(%x, %iota, %label : tensor<4x16xbf16>, tensor<16xi64>, tensor<4xi64>) outs(%f : tensor<4xf32>) {
+    ^bb0(%a: bf16, %k: i64, %l: i64, %o: f32):
+      %hit = arith.cmpi eq, %k, %l : i64
+      %af = arith.extf %a : bf16 to f32
+      %p = arith.select %hit, %af, %z : f32
+      %r = arith.addf %o, %p : f32
+      linalg.yield %r : f32
+  } -> tensor<4xf32>
+  return %g, %s : tensor<4x16xbf16>, tensor<4xf32>
+}
+
+// -----
+// A one-hot [t == arange] read by an elementwise op and by a row sum: the one-hot (bounded in
+// its vocabulary loop only by the arange) keeps the arange, so that it fuses into the row
+// sum; once fused, the elementwise reader (bounded by x) computes the arange from its index.
+// Nothing [4, 16] is materialized.
+// CHECK-LABEL: func.func @one_hot_readers(
+// CHECK-COUNT-1: linalg.index 0
+// ROUNDS-LABEL: func.func @one_hot_readers(
+// ROUNDS: linalg.generic {{.*}} outs(%{{.*}} : tensor<16xi64>)
+// ROUNDS: linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : tensor<4x16xf32>, tensor<4xi64>)
+// ROUNDS: linalg.index 1
+// ROUNDS: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%arg1, %{{.*}}, %arg2 : tensor<4xi64>, tensor<16xi64>, tensor<4xf32>)
+// ROUNDS-NOT: tensor<4x16xf32>)
+// ROUNDS: return
+#v = affine_map<(t, v) -> (v)>
+#t = affine_map<(t, v) -> (t)>
+#id = affine_map<(t, v) -> (t, v)>
+#i1 = affine_map<(v) -> (v)>
+func.func @one_hot_readers(%x: tensor<4x16xf32>, %label: tensor<4xi64>, %g: tensor<4xf32>) -> (tensor<4x16xf32>, tensor<4xf32>) {
+  %e = tensor.empty() : tensor<16xi64>
+  %iota = linalg.generic {indexing_maps = [#i1], iterator_types = ["parallel"]} outs(%e : tensor<16xi64>) {
+    ^bb0(%o: i64):
+      %i = linalg.index 0 : index
+      %c = arith.index_cast %i : index to i64
+      linalg.yield %c : i64
+  } -> tensor<16xi64>
+  %e2 = tensor.empty() : tensor<4x16xf32>
+  %oh = linalg.generic {indexing_maps = [#t, #v, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%label, %iota : tensor<4xi64>, tensor<16xi64>) outs(%e2 : tensor<4x16xf32>) {
+    ^bb0(%l: i64, %k: i64, %o: f32):
+      %hit = arith.cmpi eq, %l, %k : i64
+      %one = arith.uitofp %hit : i1 to f32
+      linalg.yield %one : f32
+  } -> tensor<4x16xf32>
+  %d = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %oh : tensor<4x16xf32>, tensor<4x16xf32>) outs(%e2 : tensor<4x16xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %r = arith.subf %a, %b : f32
+      linalg.yield %r : f32
+  } -> tensor<4x16xf32>
+  %z = arith.constant 0.0 : f32
+  %e3 = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e3 : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#id, #t, #t], iterator_types = ["parallel", "reduction"]}
+      ins(%oh, %g : tensor<4x16xf32>, tensor<4xf32>) outs(%f : tensor<4xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %p = arith.mulf %a, %b : f32
+      %r = arith.addf %o, %p : f32
+      linalg.yield %r : f32
+  } -> tensor<4xf32>
+  return %d, %s : tensor<4x16xf32>, tensor<4xf32>
 }
