@@ -185,23 +185,36 @@ func.func @main(%x: memref<ROWSxCOLSxbf16>, %m: memref<ROWSxf32>, %s: memref<ROW
 """
 
 
-def test_row_max_and_sum_of_exponentials_in_one_pass():
+@pytest.mark.parametrize("layout", ["rows", "misaligned"])
+def test_row_max_and_sum_of_exponentials_in_one_pass(layout):
     """passes/online_softmax_sums.py: the two reductions become one launch of a block per
     row (running maximum, rescaled sums); max and sum equal float64's (the sum to float32
-    rounding); a row of -inf gives max -inf and sum 0, as the two passes do."""
+    rounding); a row of -inf gives max -inf and sum 0, as the two passes do.  Rows stored
+    contiguously are read 8 elements (16 bytes) a load; a view whose rows start 4 elements
+    past a 16-byte boundary (``misaligned``) one element a load."""
     from mlir import ir
 
     import latch.dialect
     from latch.pipeline import run_pipeline
 
     rows, cols = 3, 4096
+    text = SOFTMAX.replace("ROWS", str(rows)).replace("COLS", str(cols))
+    if layout == "misaligned":      # the rows of a [rows, cols + 8] array from column 4 on
+        view = f"memref<{rows}x{cols}xbf16, strided<[{cols + 8}, 1], offset: 4>>"
+        text = text.replace(f"%x: memref<{rows}x{cols}xbf16>",
+                            f"%xa: memref<{rows}x{cols + 8}xbf16>")
+        text = text.replace(f"memref<{rows}x{cols}xbf16>", view)
+        text = text.replace(
+            "  %ninf =", f"  %x = memref.subview %xa[0, 4] [{rows}, {cols}] [1, 1] : "
+            f"memref<{rows}x{cols + 8}xbf16> to {view}\n  %ninf =", 1)
     ctx = ir.Context()
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
-        m = ir.Module.parse(SOFTMAX.replace("ROWS", str(rows)).replace("COLS", str(cols)))
+        m = ir.Module.parse(text)
         run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
         host = str(m).split("gpu.module")[0]
         assert host.count("gpu.all_reduce") == 2 and "math.exp" in host
+        assert ("vector<8xbf16>" in host) == (layout == "rows")
         launches = re.findall(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c(\d+)", host)
         assert launches[-1] == str(rows)
         assert host.count("scf.for") == 1            # one pass over the row
@@ -212,7 +225,9 @@ def test_row_max_and_sum_of_exponentials_in_one_pass():
         mx = np.zeros(rows, np.float32)
         sx = np.zeros(rows, np.float32)
         sim = Simt(m)
-        sim.run([x.float().numpy().astype(np.float32), mx, sx])
+        stored = x if layout == "rows" else \
+            torch.cat([torch.zeros(rows, 4), x.float(), torch.zeros(rows, 4)], dim=1)
+        sim.run([stored.float().numpy().astype(np.float32), mx, sx])
         got_m = torch.from_numpy(np.asarray(sim.arguments[1], np.float64))
         got_s = torch.from_numpy(np.asarray(sim.arguments[2], np.float64))
     xd = x.double()
