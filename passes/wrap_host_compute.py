@@ -21,8 +21,10 @@ the return:
 * A full sum reduction (a linalg.generic whose loops are all reductions into a 0-d f32/f64
   buffer, with body ``acc + e``, or an i32/i64 one with ``addi``: a count) becomes one ``gpu.launch`` of ``reduce-threads`` threads
   (default 256; 0 turns this off): each thread sums a strided slice of the iteration space
-  in a register, ``gpu.all_reduce add`` combines the partial sums (shuffles + shared memory
-  after NVVM lowering) and thread 0 adds the total to the output.  Other reductions without
+  in a register — chunks of ``V`` consecutive elements, one 16-byte vector load of each input
+  a chunk, where the last loop walks every input's contiguous last dimension in whole
+  aligned chunks (:func:`_chunk_lanes`) —, ``gpu.all_reduce add`` combines the partial sums
+  (shuffles + shared memory after NVVM lowering) and thread 0 adds the total to the output.  Other reductions without
   a parallel dimension take the serial path below.
 * A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
   gradient over the vocabulary) becomes one thread per output computing the term at
@@ -60,11 +62,13 @@ latch-wrap-host-compute, latch-form-kernels)'``
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
+from latch.passes.base import (ModulePass, defining_op, element_bits, function_definitions,
+                               operation as _op)
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
-                                       index_constant, load_inputs, loop_ranges)
+                                       index_constant, indices, load_inputs, loop_ranges)
 from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
@@ -1024,6 +1028,47 @@ def _parallel_full_reductions(body, threads: int) -> None:
         op.erase()
 
 
+def _chunk_lanes(op, maps, ranges) -> int:
+    """Consecutive elements ``V`` a thread of a full sum takes at once: 16 bytes of the
+    narrowest input element read along the last loop (at most 64 of the widest), when that
+    loop indexes the contiguous last dimension of every input that depends on it, in whole
+    chunks (its range and every such input's strides and offset multiples of ``V``), and
+    indexes nothing else; 1 otherwise (a gather, an index used as a value, a transposed
+    read)."""
+    from mlir import ir
+
+    from latch.passes.vector_lanes import _MAX_BYTES, _MAX_PIECES, _aligned, _bytes
+
+    last = len(ranges) - 1
+    uses = re.compile(rf"\bd{last}\b").search
+    n_in = len(op.operands) - 1
+    block = op.regions[0].blocks[0]
+    along = []
+    for v, m in zip(list(op.operands)[:n_in], maps[:n_in]):
+        results = [str(e) for e in m.results]
+        if not any(uses(r) for r in results):
+            continue
+        if results[-1] != f"d{last}" or any(uses(r) for r in results[:-1]) or \
+                not isinstance(v.type, ir.MemRefType):
+            return 1
+        mt = ir.MemRefType(v.type)
+        if _bytes(mt.element_type) is None:
+            return 1
+        along.append(mt)
+    for o in block.operations:
+        if _op(o).name == "linalg.index" and \
+                ir.IntegerAttr(_op(o).attributes["dim"]).value == last:
+            return 1
+    if not along:
+        return 1
+    narrowest = min(_bytes(mt.element_type) for mt in along)
+    widest = max(_bytes(mt.element_type) for mt in along)
+    v = min(_MAX_BYTES // narrowest, _MAX_PIECES * _MAX_BYTES // widest)
+    while v > 1 and (ranges[last] % v or not all(_aligned(mt, v) for mt in along)):
+        v //= 2
+    return v
+
+
 def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
     """Replace a sum reduction by ``gpu.launch``es of ``threads``-thread blocks: each thread
     sums a strided slice of the iteration space in a register and ``gpu.all_reduce add``
@@ -1043,11 +1088,12 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
         total_iters *= r
     blocks = 1 if total_iters <= _ONE_BLOCK_ITEMS else \
         min(_MAX_BLOCKS, -(-total_iters // _ITEMS_PER_BLOCK))
+    lanes = _chunk_lanes(op, maps, ranges)
     with op.location:
         if blocks == 1:
             with ir.InsertionPoint(op):
                 _launch_strided_sum(op, found, maps, ranges, ins, total_iters, 1, threads,
-                                    lambda bid, total: _add_to(out, total, ftype))
+                                    lambda bid, total: _add_to(out, total, ftype), lanes)
             return
         with ir.InsertionPoint(op):
             scratch = ir.Operation.create(
@@ -1058,7 +1104,7 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
                 ir.Operation.create("memref.store", [], [total, scratch, bid])
 
             _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threads,
-                                store_partial)
+                                store_partial, lanes)
             # the partials, summed in order by one block
             _launch_strided_sum(None, None, None, [blocks], [scratch], blocks, 1, threads,
                                 lambda bid, total: _add_to(out, total, ftype))
@@ -1067,7 +1113,9 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
 #: elements a block sums (8 a thread), and at most this many blocks.  Each thread's partial
 #: sum is a chain of dependent loads and adds, so the chain's length is the kernel's time:
 #: at 64 a thread (16384 a block), TinyMoE B32's global-norm partial sums of a 6.3M-element
-#: bf16 expert gradient took 31 us a launch (0.4 TB/s), 24 launches an update.
+#: bf16 expert gradient took 31 us a launch (0.4 TB/s), 24 launches an update; at 8 a
+#: thread, 19 us (0.65 TB/s: still 8 dependent 2-byte loads a thread), which chunks
+#: (:func:`_chunk_lanes`: the 8 as one 16-byte load) shorten to one load.
 #: A sum of at most ``_ONE_BLOCK_ITEMS`` (16 a thread) stays one launch of one block: a
 #: second launch to combine the partials would cost about what it saves.
 _ITEMS_PER_BLOCK = 2048
@@ -1088,11 +1136,13 @@ def _add_to(out, total, ftype) -> None:
 
 
 def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threads,
-                        finish) -> None:
+                        finish, lanes: int = 1) -> None:
     """One gpu.launch of ``blocks`` x ``threads``: thread (b, t) sums elements
     ``b * threads + t`` + k * blocks * threads of the iteration space (the body of ``op``,
-    or, when ``op`` is None, the elements of the 1-d buffer ``ins[0]``); the block's total
-    goes to ``finish(block id, total)`` in thread 0."""
+    or, when ``op`` is None, the elements of the 1-d buffer ``ins[0]``) — with ``lanes``
+    > 1, the chunks of ``lanes`` consecutive elements numbered so, each input read as one
+    vector a chunk and the chunk's elements added in order; the block's total goes to
+    ``finish(block id, total)`` in thread 0."""
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -1115,11 +1165,17 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
         if blocks > 1:
             scaled = ir.Operation.create("arith.muli", [index], [bid, index_constant(threads)]).result
             start = ir.Operation.create("arith.addi", [index], [scaled, tx]).result
-        loop = scf.ForOp(start, index_constant(total_iters), index_constant(blocks * threads), [zero])
+        loop = scf.ForOp(start, index_constant(total_iters // lanes),
+                         index_constant(blocks * threads), [zero])
         with ir.InsertionPoint(loop.body):
             linear = loop.induction_variable
             partial = loop.inner_iter_args[0]
-            if op is None:
+            if lanes > 1:
+                first = ir.Operation.create("arith.muli", [index],
+                                            [linear, index_constant(lanes)]).result
+                scf.YieldOp([_chunk_at(block, acc, add, ins, maps, ranges, first, partial,
+                                       lanes)])
+            elif op is None:
                 e = ir.Operation.create("memref.load", [ftype], [ins[0], linear]).result
                 scf.YieldOp([ir.Operation.create(_add_name(ftype), [ftype], [partial, e]).result])
             else:
@@ -1133,6 +1189,42 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
             finish(bid, total)
             scf.YieldOp([])
         ir.Operation.create("gpu.terminator", [])
+
+
+def _chunk_at(block, acc, add, ins, maps, ranges, first, partial, lanes: int):
+    """:func:`_body_at` for the ``lanes`` consecutive elements from the linear index
+    ``first`` (a multiple of ``lanes``; :func:`_chunk_lanes` holds): the inputs read along the
+    last loop as one vector each, the others once; the elements added in order."""
+    from mlir import ir
+
+    dims = [None] * len(ranges)
+    delinearize(first, list(range(len(ranges)))[::-1], ranges, dims)
+    last = f"d{len(ranges) - 1}"
+    shared, vectors = {}, {}
+    for j, (v, m) in enumerate(zip(ins, maps)):
+        arg = block.arguments[j]
+        if not isinstance(v.type, ir.MemRefType):
+            shared[arg] = v
+            continue
+        elt = ir.MemRefType(v.type).element_type
+        at = indices(m, dims)
+        if [str(e) for e in m.results][-1:] == [last]:
+            vectors[arg] = ir.Operation.create(
+                "vector.load", [ir.VectorType.get([lanes], elt)], [v] + at,
+                attributes={"alignment": ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), lanes * element_bits(elt) // 8)}).result
+        else:
+            shared[arg] = ir.Operation.create("memref.load", [elt], [v] + at).result
+    for j in range(lanes):
+        mapping = dict(shared)
+        for arg, vec in vectors.items():
+            mapping[arg] = ir.Operation.create(
+                "vector.extract", [arg.type], [vec],
+                attributes={"static_position": ir.DenseI64ArrayAttr.get([j])}).result
+        mapping[acc] = partial
+        clone_body_ops([_op(o) for o in block.operations][:-1], mapping, dims)
+        partial = mapping[add.results[0]]
+    return partial
 
 
 def _body_at(block, acc, add, ins, maps, ranges, linear, partial):

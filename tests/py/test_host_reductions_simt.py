@@ -351,3 +351,56 @@ def test_row_reduction_finished_by_its_warp():
     ref = 1 / np.sqrt(ref_sums / 768 + 1e-5)
     assert float(np.abs(got - ref).max() / np.abs(ref).max()) < 1e-6
     assert float(np.abs(sums - ref_sums).max() / np.abs(ref_sums).max()) < 1e-6
+
+
+# a gradient's sum of squares for the global norm (full sum into a 0-d buffer), over bf16
+SUM_OF_SQUARES = """
+#x = affine_map<(d0, d1) -> (MAP)>
+#o = affine_map<(d0, d1) -> ()>
+func.func @main(%x: memref<SHAPExbf16>, %o: memref<f32>) {
+  linalg.generic {indexing_maps = [#x, #o], iterator_types = ["reduction", "reduction"]}
+      ins(%x : memref<SHAPExbf16>) outs(%o : memref<f32>) {
+  ^bb0(%a: bf16, %acc: f32):
+    %e = arith.extf %a : bf16 to f32
+    %q = arith.mulf %e, %e : f32
+    %r = arith.addf %acc, %q : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("rows,cols,transposed", [(64, 1024, False), (3, 40, False),
+                                                  (64, 1024, True)])
+def test_full_sum_reads_chunks(rows, cols, transposed):
+    """A full sum takes chunks of 8 consecutive bf16 a thread (one 16-byte load) when its
+    last loop walks the input's contiguous last dimension; a transposed read keeps one
+    element a load.  Either way the sum is float64's to float32 rounding, in a fixed order
+    (two runs give the same bits)."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    shape = (cols, rows) if transposed else (rows, cols)
+    text = SUM_OF_SQUARES.replace("SHAPE", f"{shape[0]}x{shape[1]}").replace(
+        "MAP", "d1, d0" if transposed else "d0, d1")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64).bfloat16()
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+        host = str(m)
+        assert "gpu.all_reduce" in host and "linalg.generic" not in host
+        assert ("vector<8xbf16>" in host) == (not transposed and cols % 8 == 0)
+        got = []
+        for _ in range(2):
+            sim = Simt(m)
+            sim.run([x.float().numpy().astype(np.float32), np.zeros((), np.float32)])
+            got.append(float(np.asarray(sim.arguments[1])))
+    want = float((x.double() ** 2).sum())
+    assert got[0] == got[1]
+    assert abs(got[0] - want) <= 1e-5 * want

@@ -16,14 +16,18 @@
 // CHECK:   scf.reduce
 // CHECK: } {latch.serial}
 // The full sum reduction becomes one block of 256 threads: strided partial sums in a
-// register, gpu.all_reduce, thread 0 adds the total to the output.
+// register (a chunk of 4 consecutive f32 a trip, one 16-byte load), gpu.all_reduce,
+// thread 0 adds the total to the output.
 // CHECK: %[[ONE:c1[_0-9]*]] = arith.constant 1 : index
 // CHECK: %[[N:c256[_0-9]*]] = arith.constant 256 : index
 // CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %[[ONE]], {{.*}} = %[[ONE]], {{.*}} = %[[ONE]]) threads(%[[TX:[a-z0-9_]+]], {{.*}}) in ({{.*}} = %[[N]], {{.*}} = %[[ONE]], {{.*}} = %[[ONE]])
 // CHECK:   %[[PART:[0-9]+]] = scf.for %[[L:[a-z0-9_]+]] = %[[TX]] to %{{.*}} step %{{.*}} iter_args(%[[P:[a-z0-9_]+]] = %{{.*}}) -> (f32)
-// CHECK:     %[[X:[0-9]+]] = memref.load %{{.*}}[%[[L]]]
-// CHECK:     %[[S:[0-9]+]] = arith.addf %[[P]], %[[X]]
-// CHECK:     scf.yield %[[S]]
+// CHECK:     %[[F:[0-9]+]] = arith.muli %[[L]], %{{.*}}
+// CHECK:     %[[X:[0-9]+]] = vector.load %{{.*}}[%[[F]]] {alignment = 16 : i64} : memref<1024xf32>, vector<4xf32>
+// CHECK:     %[[X0:[0-9]+]] = vector.extract %[[X]][0]
+// CHECK:     %[[S0:[0-9]+]] = arith.addf %[[P]], %[[X0]]
+// CHECK-COUNT-3: arith.addf
+// CHECK:     scf.yield
 // CHECK:   %[[TOT:[0-9]+]] = gpu.all_reduce add %[[PART]] uniform
 // CHECK:   scf.if
 // CHECK:     %[[OLD:[0-9]+]] = memref.load %[[ACC]][]
