@@ -25,7 +25,10 @@ the attention kernels' products as ``mma.sync`` instead of ``wgmma``
 (``latch-wrap-host-compute{finish-rows=false}``), ``-unfused`` no ``latch-fuse-rows``,
 ``-reuse0`` ``latch-plan-memory{reuse-distance=0}``, ``-widelanes`` elementwise vector lanes
 set by the widest element instead of the narrowest
-(``latch-map-parallel-loops{narrow-lanes=false}``) — the same workload, run by
+(``latch-map-parallel-loops{narrow-lanes=false}``), ``-arangebuffers`` aranges read from
+their buffers (``latch-recompute-elementwise{aranges=false}``, at each of its places in the
+pipeline), ``-stridedsums`` the loss's row max and sum of exponentials and the full sums
+reading one element a load (``latch-wrap-host-compute{chunks=false}``) — the same workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
@@ -70,6 +73,8 @@ OFF_SWITCHES = {
     "unfused": ("latch-form-kernels", "latch-fuse-rows", None),
     "reuse0": ("latch-bufferize", "latch-plan-memory", "reuse-distance=0"),
     "widelanes": ("latch-form-kernels", "latch-map-parallel-loops", "narrow-lanes=false"),
+    "arangebuffers": ("latch-bufferize", "latch-recompute-elementwise", "aranges=false"),
+    "stridedsums": ("latch-form-kernels", "latch-wrap-host-compute", "chunks=false"),
 }
 
 
@@ -97,11 +102,12 @@ def _switched_off(suffixes: list):
         named = PIPELINES[pipeline]
         elements = list(named.elements)
         at = [i for i, e in enumerate(elements) if e.split("{")[0] == pass_name]
-        assert len(at) == 1, f"{pass_name} not once in {pipeline}"
-        if option is None:
-            del elements[at[0]]
-        else:
-            elements[at[0]] = _with_option(elements[at[0]], option)
+        assert at, f"{pass_name} not in {pipeline}"
+        for i in reversed(at):                 # every place the pass runs
+            if option is None:
+                del elements[i]
+            else:
+                elements[i] = _with_option(elements[i], option)
         PIPELINES[pipeline] = dataclasses.replace(named, elements=tuple(elements))
     try:
         yield

@@ -37,8 +37,9 @@ from latch.passes.row_reductions import (_BLOCK as _THREADS, _BLOCK_MIN, _split,
 _CHUNK = 8
 
 
-def fuse_online_softmax_sums(body) -> int:
-    """Rewrite each matching (row max, row sum of exponentials) pair in ``body``."""
+def fuse_online_softmax_sums(body, chunks: bool = True) -> int:
+    """Rewrite each matching (row max, row sum of exponentials) pair in ``body`` (with
+    ``chunks``, reading consecutive elements where the input allows)."""
     n = 0
     ops = [_op(o) for o in body.operations]
     gone = set()
@@ -54,7 +55,7 @@ def fuse_online_softmax_sums(body) -> int:
         j = _partner(ops, i, first, widen)
         if j is None:
             continue
-        _emit(op, ops[j], first, widen)
+        _emit(op, ops[j], first, widen, chunks)
         op.erase()
         ops[j].erase()
         gone.add(j)
@@ -136,7 +137,7 @@ def _is_sum_below(op, info, first, x, m, widen) -> bool:
         info.comb == body[-1] and isinstance(e.type, ir.F32Type)
 
 
-def _emit(r1, r2, info, widen) -> None:
+def _emit(r1, r2, info, widen, chunks: bool = True) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -185,7 +186,7 @@ def _emit(r1, r2, info, widen) -> None:
                 v = ir.Operation.create("arith.extf", [f32], [v]).result
             return v
 
-        contiguous = _contiguous_chunks(x, info)
+        contiguous = chunks and _contiguous_chunks(x, info)
 
         def chunk(base):            # the _CHUNK elements of a chunk, in f32
             if not contiguous:

@@ -286,6 +286,8 @@ class RecomputeElementwise(ModulePass):
     summary = ("clone an elementwise producer once per reader when recomputing it reads no "
                "more than reading its result, so each copy fuses into its reader")
     max_readers: int = 4
+    #: a generic reading nothing (an arange) recomputed in readers that broadcast it too
+    aranges: bool = True
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -301,15 +303,16 @@ class RecomputeElementwise(ModulePass):
             for op in reversed([_op(o) for o in func_op.regions[0].blocks[0].operations]):
                 if not _is_recomputable(op):
                     continue
+                indices_only = self.aranges and _of_indices_only(op)
                 readers = _readers(op.results[0])
                 if readers is None and (_widens_bf16(op) or _moves_elements(op)
-                                        or _of_indices_only(op)):
+                                        or indices_only):
                     readers = _readers(op.results[0], projections=True)
                 if readers is None or not 2 <= len(readers) <= self.max_readers:
-                    if readers is None or not _of_indices_only(op):
+                    if readers is None or not indices_only:
                         continue
                 targets = readers[1:]
-                if _of_indices_only(op):
+                if indices_only:
                     covered = [r for r in readers if _covered_without(r[1], r[2])]
                     targets = covered[1:] if len(covered) == len(readers) else covered
                 for path, owner, number in targets:

@@ -133,6 +133,10 @@ class WrapHostCompute(ModulePass):
     #: a row reduction's elementwise reader finished by the lanes that store the totals
     #: (passes/row_reductions.py, "Finished in the same launch")
     finish_rows: bool = True
+    #: the one-pass row max / sum of exponentials and the full sums read chunks of
+    #: consecutive elements (one 16-byte load) where the input allows; false: one element
+    #: a load, strided
+    chunks: bool = True
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -147,9 +151,9 @@ class WrapHostCompute(ModulePass):
             _reductions_innermost(body)
             if self.reduce_threads > 0:
                 collapse_one_hot_reductions(body)
-                fuse_online_softmax_sums(body)
+                fuse_online_softmax_sums(body, self.chunks)
                 cooperative_row_reductions(body, self.finish_rows)
-                _parallel_full_reductions(body, self.reduce_threads)
+                _parallel_full_reductions(body, self.reduce_threads, self.chunks)
             _wrap(body)
 
 
@@ -1015,7 +1019,7 @@ def _sum_reduction(op):
     return found
 
 
-def _parallel_full_reductions(body, threads: int) -> None:
+def _parallel_full_reductions(body, threads: int, chunks: bool = True) -> None:
     for op in list(body.operations):
         op = _op(op)
         found = _sum_reduction(op)
@@ -1024,7 +1028,7 @@ def _parallel_full_reductions(body, threads: int) -> None:
         maps, ranges = loop_ranges(op)
         if any(r is None for r in ranges):
             continue
-        _emit_block_reduction(op, found, maps, ranges, threads)
+        _emit_block_reduction(op, found, maps, ranges, threads, chunks)
         op.erase()
 
 
@@ -1069,7 +1073,7 @@ def _chunk_lanes(op, maps, ranges) -> int:
     return v
 
 
-def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
+def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = True) -> None:
     """Replace a sum reduction by ``gpu.launch``es of ``threads``-thread blocks: each thread
     sums a strided slice of the iteration space in a register and ``gpu.all_reduce add``
     combines a block's partial sums.  One block (up to ``_ONE_BLOCK_ITEMS`` elements) adds
@@ -1088,7 +1092,7 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int) -> None:
         total_iters *= r
     blocks = 1 if total_iters <= _ONE_BLOCK_ITEMS else \
         min(_MAX_BLOCKS, -(-total_iters // _ITEMS_PER_BLOCK))
-    lanes = _chunk_lanes(op, maps, ranges)
+    lanes = _chunk_lanes(op, maps, ranges) if chunks else 1
     with op.location:
         if blocks == 1:
             with ir.InsertionPoint(op):

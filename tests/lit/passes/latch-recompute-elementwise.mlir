@@ -1,6 +1,7 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise)' | FileCheck %s
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise, func.func(linalg-fuse-elementwise-ops), canonicalize, cse)' | FileCheck %s --check-prefix=FUSED
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise, func.func(linalg-fuse-elementwise-ops), latch-recompute-elementwise, func.func(linalg-fuse-elementwise-ops), canonicalize, cse)' | FileCheck %s --check-prefix=ROUNDS
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-recompute-elementwise{aranges=false})' | FileCheck %s --check-prefix=BUFFERS
 // An elementwise producer read by several generics, each reading every element once, is
 // cloned for each further reader; fused, each reader computes it from the producer's input.
 // A softmax-like chain: s = l - m, read by a row sum of exp(s) and by s * s.
@@ -708,6 +709,10 @@ func.func @bare_rounding(%x: tensor<8x16xbf16>, %w: tensor<16x32xbf16>, %u: tens
 // a row reduction: each reader computes it from its own loop index (no [16] i64 tensor).
 // CHECK-LABEL: func.func @iota_readers(
 // CHECK-COUNT-2: linalg.index 0
+// BUFFERS-LABEL: func.func @iota_readers(
+// BUFFERS-COUNT-1: linalg.index 0
+// BUFFERS-NOT: linalg.index
+// BUFFERS: return
 // FUSED-LABEL: func.func @iota_readers(
 // FUSED-NOT: tensor<16xi64>
 // FUSED: linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : tensor<4x16xbf16>, tensor<4xi64>)

@@ -1,5 +1,6 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute)' | FileCheck %s
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute, latch-form-kernels)' | FileCheck %s --check-prefix=KERNELS
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute{chunks=false})' | FileCheck %s --check-prefix=STRIDED
 // Host code that touches buffers after bufferization (loads, stores, scalar math on loaded
 // values, 0-d updates, copies) is wrapped, in order, into one-iteration scf.parallel loops
 // (kernels with one working thread); full sum reductions become one-block gpu.launch ops; allocations between wrapped ops are hoisted in front; parallel linalg
@@ -22,6 +23,10 @@
 // CHECK: %[[N:c256[_0-9]*]] = arith.constant 256 : index
 // CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %[[ONE]], {{.*}} = %[[ONE]], {{.*}} = %[[ONE]]) threads(%[[TX:[a-z0-9_]+]], {{.*}}) in ({{.*}} = %[[N]], {{.*}} = %[[ONE]], {{.*}} = %[[ONE]])
 // CHECK:   %[[PART:[0-9]+]] = scf.for %[[L:[a-z0-9_]+]] = %[[TX]] to %{{.*}} step %{{.*}} iter_args(%[[P:[a-z0-9_]+]] = %{{.*}}) -> (f32)
+// STRIDED-LABEL: func.func @clip_and_count(
+// STRIDED: scf.for %[[L:[a-z0-9_]+]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[P:[a-z0-9_]+]] = %{{.*}}) -> (f32)
+// STRIDED-NEXT: %[[X:[0-9]+]] = memref.load %{{.*}}[%[[L]]]
+// STRIDED-NEXT: arith.addf %[[P]], %[[X]]
 // CHECK:     %[[F:[0-9]+]] = arith.muli %[[L]], %{{.*}}
 // CHECK:     %[[X:[0-9]+]] = vector.load %{{.*}}[%[[F]]] {alignment = 16 : i64} : memref<1024xf32>, vector<4xf32>
 // CHECK:     %[[X0:[0-9]+]] = vector.extract %[[X]][0]
