@@ -28,7 +28,9 @@ set by the widest element instead of the narrowest
 (``latch-map-parallel-loops{narrow-lanes=false}``), ``-arangebuffers`` aranges read from
 their buffers (``latch-recompute-elementwise{aranges=false}``, at each of its places in the
 pipeline), ``-stridedsums`` the loss's row max and sum of exponentials and the full sums
-reading one element a load (``latch-wrap-host-compute{chunks=false}``) — the same workload, run by
+reading one element a load (``latch-wrap-host-compute{chunks=false}``), ``-serialsums``
+a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``) — the same
+workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
@@ -75,6 +77,7 @@ OFF_SWITCHES = {
     "widelanes": ("latch-form-kernels", "latch-map-parallel-loops", "narrow-lanes=false"),
     "arangebuffers": ("latch-bufferize", "latch-recompute-elementwise", "aranges=false"),
     "stridedsums": ("latch-form-kernels", "latch-wrap-host-compute", "chunks=false"),
+    "serialsums": ("latch-form-kernels", "latch-split-integer-sums", "chains=1"),
 }
 
 

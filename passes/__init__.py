@@ -35,6 +35,7 @@ PASSES: dict[str, str] = {
     "latch-vector-atomics": "vector_atomics:VectorAtomics",
     "latch-register-accumulators": "register_accumulators:RegisterAccumulators",
     "latch-unroll-short-loops": "unroll_short_loops:UnrollShortLoops",
+    "latch-split-integer-sums": "split_integer_sums:SplitIntegerSums",
     "latch-unroll-short-reductions": "unroll_short_reductions:UnrollShortReductions",
     "latch-nonfinite-checks": "nonfinite_checks:NonfiniteChecks",
     "latch-dependent-launches": "dependent_launches:DependentLaunches",
