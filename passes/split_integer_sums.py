@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, int_constant, operation as _op
+from latch.passes.unroll_short_loops import loops_in_parallel_bodies
 
 # combining op -> its identity, from the integer width
 _IDENTITY = {
@@ -76,22 +77,6 @@ def _integer_sum(loop, min_trips: int, chains: int):
     if any(u.owner != term.operation for u in comb.results[0].uses):
         return None
     return comb
-
-
-def _loops(op, inside: bool = False) -> list:
-    """The ``scf.for`` ops inside an ``scf.parallel`` body nested in ``op``."""
-    found = []
-    for region in op.regions:
-        for blk in region.blocks:
-            for inner in blk.operations:
-                inner = _op(inner)
-                if inside and inner.name == "scf.for":
-                    found.append(inner)
-                if inner.name == "scf.parallel" or inside and inner.name == "scf.for":
-                    found.extend(_loops(inner, True))
-                elif not inside:
-                    found.extend(_loops(inner, False))
-    return found
 
 
 def split(loop, comb, chains: int) -> None:
@@ -155,7 +140,7 @@ class SplitIntegerSums(ModulePass):
         if self.chains < 2:
             return
         for f in function_definitions(module):
-            for loop in _loops(f):
+            for loop in loops_in_parallel_bodies(f):
                 comb = _integer_sum(loop, self.min_trips, self.chains)
                 if comb is not None:
                     split(loop, comb, self.chains)

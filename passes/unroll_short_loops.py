@@ -31,26 +31,34 @@ from latch.passes.unroll_kernel_loops import trip_count, unroll
 MAX_OPS = 512
 
 
-def _short_loops(op, max_trips: int, inside: bool = False) -> list:
+def loops_in_parallel_bodies(op, inside: bool = False) -> list:
     """The ``scf.for`` ops in the body of an ``scf.parallel`` nested in ``op`` (directly or
-    in other ``scf.for`` ops) that may be unrolled: constant bounds, at most ``max_trips``
-    iterations, a body without nested regions, at most MAX_OPS ops unrolled."""
+    in other ``scf.for`` ops), outer loops before the loops they hold."""
     found = []
     for region in op.regions:
         for blk in region.blocks:
             for inner in blk.operations:
                 inner = _op(inner)
                 if inside and inner.name == "scf.for":
-                    trips = trip_count(inner)
-                    body = [_op(o) for o in inner.regions[0].blocks[0].operations]
-                    if trips is not None and trips <= max_trips and \
-                            trips * len(body) <= MAX_OPS and not any(o.regions for o in body):
-                        found.append(inner)
-                        continue
+                    found.append(inner)
                 if inner.name == "scf.parallel" or inside and inner.name == "scf.for":
-                    found.extend(_short_loops(inner, max_trips, True))
+                    found.extend(loops_in_parallel_bodies(inner, True))
                 elif not inside:
-                    found.extend(_short_loops(inner, max_trips, False))
+                    found.extend(loops_in_parallel_bodies(inner, False))
+    return found
+
+
+def _short_loops(op, max_trips: int) -> list:
+    """The loops of :func:`loops_in_parallel_bodies` that may be unrolled: constant
+    bounds, at most ``max_trips`` iterations, a body without nested regions, at most
+    MAX_OPS ops unrolled."""
+    found = []
+    for loop in loops_in_parallel_bodies(op):
+        trips = trip_count(loop)
+        body = [_op(o) for o in loop.regions[0].blocks[0].operations]
+        if trips is not None and trips <= max_trips and \
+                trips * len(body) <= MAX_OPS and not any(o.regions for o in body):
+            found.append(loop)
     return found
 
 
