@@ -14,7 +14,8 @@ value that does not vary is broadcast.
 
 ``V`` is set by the **narrowest** element accessed (``narrow=True``, the default): its
 accesses move 16 bytes, wider ones ``V * bytes`` in up to four 16-byte pieces (LLVM splits
-the vector) — a cross-entropy gradient over bf16 logits that also reads an i64 vocabulary
+the vector), at most 8 lanes when the widths differ (an i8 mask beside f32 data: 8 bytes of
+the mask, not 16 lanes of body copies) — a cross-entropy gradient over bf16 logits that also reads an i64 vocabulary
 index (TinyMoE B32's largest elementwise kernel, 4.3 GB) moved its logits 4 bytes an
 access when ``V`` was set by the widest element (8 bytes: ``V = 2``), and the bf16 tensors
 of a bf16/f32 kernel 8 bytes (``V = 4``).  ``narrow=False`` keeps that older rule (every
@@ -35,6 +36,8 @@ from __future__ import annotations
 
 _MAX_BYTES = 16        # the narrowest element's access
 _MAX_PIECES = 4        # 16-byte pieces of the widest element's access (narrow lanes)
+_MAX_MIXED_LANES = 8   # lanes when the elements differ in width (an i8 mask beside f32 data
+                       # would take 16, each thread's copies of the body with them)
 
 
 def _bytes(elt) -> int | None:
@@ -102,8 +105,8 @@ def vector_width(ops, iv, count: int, lo: int, step: int, narrow: bool = True) -
                    for m, i in stored_roots[root(op.operands[0])]):
                 return 1
     v = _MAX_BYTES // widest
-    if narrow:
-        v = min(_MAX_BYTES // narrowest, _MAX_PIECES * _MAX_BYTES // widest)
+    if narrow and narrowest < widest:
+        v = min(_MAX_BYTES // narrowest, _MAX_PIECES * _MAX_BYTES // widest, _MAX_MIXED_LANES)
     while v > 1:
         if count % v == 0 and all(_aligned(mt, v) for mt in lanes):
             return v

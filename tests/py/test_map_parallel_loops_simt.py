@@ -300,6 +300,37 @@ def test_vector_lanes_share_row_values_and_broadcast_fills():
     assert "vector.store" in second and "memref.store" not in second   # a splat, stored
 
 
+# an i8 mask beside f32 data: 8 lanes (8 bytes of the mask, 32 of the data), not 16
+MASKED = """
+func.func @main(%m: memref<4x64xi8>, %x: memref<4x64xf32>, %y: memref<4x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c64 = arith.constant 64 : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%j, %i) = (%c0, %c0) to (%c64, %c4) step (%c1, %c1) {
+    %k = memref.load %m[%i, %j] : memref<4x64xi8>
+    %a = memref.load %x[%i, %j] : memref<4x64xf32>
+    %b = arith.trunci %k : i8 to i1
+    %r = arith.select %b, %a, %zero : f32
+    memref.store %r, %y[%i, %j] : memref<4x64xf32>
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def test_vector_lanes_of_mixed_widths_stop_at_eight():
+    rng = np.random.default_rng(8)
+    m = rng.integers(0, 2, (4, 64)).astype(np.int8)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    kernel, (_, _, y) = run_mapped(MASKED, [m, x, np.zeros((4, 64), np.float32)], 1,
+                                   vector=True)
+    np.testing.assert_array_equal(y, np.where(m == 1, x, 0.0))
+    assert "vector<8xi8>" in kernel and "vector<8xf32>" in kernel and "vector<16x" not in kernel
+
+
 # the fastest loop's index as a value (an arange recomputed where it is read: a one-hot
 # [j == t[i]] of a cross-entropy's gradient): lane j takes the first lane's index + j
 ONE_HOT = """
