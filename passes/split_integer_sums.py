@@ -31,6 +31,9 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, int_constant, operation as _op
+from latch.passes.fixed_point_scatter import _int as const
+from latch.passes.generic_body import clone_body_ops
+from latch.passes.unroll_kernel_loops import trip_count
 from latch.passes.unroll_short_loops import loops_in_parallel_bodies
 
 # combining op -> its identity, from the integer width
@@ -50,11 +53,8 @@ def _integer_sum(loop, min_trips: int, chains: int):
     """The combining op of ``loop`` when it qualifies (see the module docstring), else None."""
     from mlir import ir
 
-    lb, ub, step = (int_constant(v) for v in list(loop.operands)[:3])
-    if lb is None or ub is None or not step or step <= 0:
-        return None
-    trips = len(range(lb, ub, step))
-    if trips < min_trips or trips % chains:
+    trips = trip_count(loop)
+    if trips is None or trips < min_trips or trips % chains:
         return None
     body = loop.regions[0].blocks[0]
     if len(body.arguments) != 2 or not isinstance(body.arguments[1].type, ir.IntegerType):
@@ -86,39 +86,29 @@ def split(loop, comb, chains: int) -> None:
     from mlir.dialects import scf
 
     index = ir.IndexType.get()
-    lb, ub, step = (int_constant(v) for v in list(loop.operands)[:3])
-    trips = len(range(lb, ub, step))
+    lb, step = int_constant(loop.operands[0]), int_constant(loop.operands[2])
+    trips = trip_count(loop)
     body = loop.regions[0].blocks[0]
     acc = body.arguments[1]
     ty = acc.type
     bits = ir.IntegerType(ty).width
     ops = [_op(o) for o in body.operations][:-1]
 
-    def const(v, t):
-        return ir.Operation.create("arith.constant", [t],
-                                   attributes={"value": ir.IntegerAttr.get(t, v)}).result
-
     with ir.InsertionPoint(loop), loop.location:
-        ident = const(_IDENTITY[comb.name](bits), ty)
-        new = scf.ForOp(const(0, index), const(trips // chains, index), const(1, index),
+        ident = const(ty, _IDENTITY[comb.name](bits))
+        new = scf.ForOp(const(index, 0), const(index, trips // chains), const(index, 1),
                         [list(loop.operands)[3]] + [ident] * (chains - 1))
         with ir.InsertionPoint(new.body):
             j = new.induction_variable
             first = ir.Operation.create("arith.muli", [index],
-                                        [j, const(chains * step, index)]).result
-            first = ir.Operation.create("arith.addi", [index], [first, const(lb, index)]).result
+                                        [j, const(index, chains * step)]).result
+            first = ir.Operation.create("arith.addi", [index], [first, const(index, lb)]).result
             yields = []
             for k in range(chains):
                 iv = first if k == 0 else ir.Operation.create(
-                    "arith.addi", [index], [first, const(k * step, index)]).result
+                    "arith.addi", [index], [first, const(index, k * step)]).result
                 mapping = {body.arguments[0]: iv, acc: new.inner_iter_args[k]}
-                for o in ops:
-                    c = o.clone()
-                    for i, v in enumerate(list(c.operands)):
-                        if v in mapping:
-                            c.operands[i] = mapping[v]
-                    for old_r, new_r in zip(o.results, c.results):
-                        mapping[old_r] = new_r
+                clone_body_ops(ops, mapping, [])
                 yields.append(mapping[comb.results[0]])
             scf.YieldOp(yields)
         total = new.results[0]

@@ -40,6 +40,12 @@ _MAX_MIXED_LANES = 8   # lanes when the elements differ in width (an i8 mask bes
                        # would take 16, each thread's copies of the body with them)
 
 
+def narrow_width(narrowest: int, widest: int) -> int:
+    """Elements a vector takes when it moves 16 bytes of the ``narrowest``-byte element
+    and at most four 16-byte pieces of the ``widest``."""
+    return min(_MAX_BYTES // narrowest, _MAX_PIECES * _MAX_BYTES // widest)
+
+
 def _bytes(elt) -> int | None:
     """Bytes of a memref element a vector access may move; None for i1 (bit-packed by later
     passes) and index."""
@@ -106,7 +112,7 @@ def vector_width(ops, iv, count: int, lo: int, step: int, narrow: bool = True) -
                 return 1
     v = _MAX_BYTES // widest
     if narrow and narrowest < widest:
-        v = min(_MAX_BYTES // narrowest, _MAX_PIECES * _MAX_BYTES // widest, _MAX_MIXED_LANES)
+        v = min(narrow_width(narrowest, widest), _MAX_MIXED_LANES)
     while v > 1:
         if count % v == 0 and all(_aligned(mt, v) for mt in lanes):
             return v

@@ -1041,7 +1041,7 @@ def _chunk_lanes(op, maps, ranges) -> int:
     read)."""
     from mlir import ir
 
-    from latch.passes.vector_lanes import _MAX_BYTES, _MAX_PIECES, _aligned, _bytes
+    from latch.passes.vector_lanes import _aligned, _bytes, narrow_width
 
     last = len(ranges) - 1
     uses = re.compile(rf"\bd{last}\b").search
@@ -1067,7 +1067,7 @@ def _chunk_lanes(op, maps, ranges) -> int:
         return 1
     narrowest = min(_bytes(mt.element_type) for mt in along)
     widest = max(_bytes(mt.element_type) for mt in along)
-    v = min(_MAX_BYTES // narrowest, _MAX_PIECES * _MAX_BYTES // widest)
+    v = narrow_width(narrowest, widest)
     while v > 1 and (ranges[last] % v or not all(_aligned(mt, v) for mt in along)):
         v //= 2
     return v
@@ -1204,21 +1204,16 @@ def _chunk_at(block, acc, add, ins, maps, ranges, first, partial, lanes: int):
     dims = [None] * len(ranges)
     delinearize(first, list(range(len(ranges)))[::-1], ranges, dims)
     last = f"d{len(ranges) - 1}"
+    along = {j for j, (v, m) in enumerate(zip(ins, maps))
+             if isinstance(v.type, ir.MemRefType) and [str(e) for e in m.results][-1:] == [last]}
     shared, vectors = {}, {}
-    for j, (v, m) in enumerate(zip(ins, maps)):
-        arg = block.arguments[j]
-        if not isinstance(v.type, ir.MemRefType):
-            shared[arg] = v
-            continue
-        elt = ir.MemRefType(v.type).element_type
-        at = indices(m, dims)
-        if [str(e) for e in m.results][-1:] == [last]:
-            vectors[arg] = ir.Operation.create(
-                "vector.load", [ir.VectorType.get([lanes], elt)], [v] + at,
-                attributes={"alignment": ir.IntegerAttr.get(
-                    ir.IntegerType.get_signless(64), lanes * element_bits(elt) // 8)}).result
-        else:
-            shared[arg] = ir.Operation.create("memref.load", [elt], [v] + at).result
+    load_inputs(block, ins, maps, dims, shared, only=set(range(len(ins))) - along)
+    for j in sorted(along):
+        elt = ir.MemRefType(ins[j].type).element_type
+        vectors[block.arguments[j]] = ir.Operation.create(
+            "vector.load", [ir.VectorType.get([lanes], elt)], [ins[j]] + indices(maps[j], dims),
+            attributes={"alignment": ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), lanes * element_bits(elt) // 8)}).result
     for j in range(lanes):
         mapping = dict(shared)
         for arg, vec in vectors.items():
