@@ -29,7 +29,9 @@ set by the widest element instead of the narrowest
 their buffers (``latch-recompute-elementwise{aranges=false}``, at each of its places in the
 pipeline), ``-stridedsums`` the loss's row max and sum of exponentials and the full sums
 reading one element a load (``latch-wrap-host-compute{chunks=false}``), ``-serialsums``
-a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``) — the same
+a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``), ``-splitloss``
+the loss gradient in a launch of its own after the loss's log-sum-exp (no
+``latch-hoist-row-readers``) — the same
 workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
@@ -78,6 +80,7 @@ OFF_SWITCHES = {
     "arangebuffers": ("latch-bufferize", "latch-recompute-elementwise", "aranges=false"),
     "stridedsums": ("latch-form-kernels", "latch-wrap-host-compute", "chunks=false"),
     "serialsums": ("latch-form-kernels", "latch-split-integer-sums", "chains=1"),
+    "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
 }
 
 

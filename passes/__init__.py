@@ -41,6 +41,7 @@ PASSES: dict[str, str] = {
     "latch-dependent-launches": "dependent_launches:DependentLaunches",
     "latch-materialize-product-factors": "product_factors:MaterializeProductFactors",
     "latch-fuse-siblings": "fuse_siblings:FuseSiblings",
+    "latch-hoist-row-readers": "hoist_row_readers:HoistRowReaders",
     "latch-fuse-rows": "fuse_rows:FuseRows",
 }
 

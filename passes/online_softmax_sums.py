@@ -30,16 +30,23 @@ import math
 
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import VIEW_OPS, root
-from latch.passes.generic_body import compare, index_constant, indices, load_inputs
+from latch.passes.generic_body import (clone_body_ops, compare, index_constant, indexing_maps,
+                                       indices, load_inputs, loop_ranges, segments)
 from latch.passes.row_reductions import (_BLOCK as _THREADS, _BLOCK_MIN, _split,
                                          block_all_reduce, match_row_reduction)
 
 _CHUNK = 8
+#: chunks a thread keeps in registers when a reader is finished in the launch (the row is
+#: read from memory once: 16 x 8 bf16 = 64 registers a thread)
+_HELD = 16
 
 
-def fuse_online_softmax_sums(body, chunks: bool = True) -> int:
+def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True) -> int:
     """Rewrite each matching (row max, row sum of exponentials) pair in ``body`` (with
-    ``chunks``, reading consecutive elements where the input allows)."""
+    ``chunks``, reading consecutive elements where the input allows; with ``readers``,
+    finishing the elementwise reader that follows the pair in the same launch)."""
+    from latch.passes.buffer_views import hoist_definition
+
     n = 0
     ops = [_op(o) for o in body.operations]
     gone = set()
@@ -55,12 +62,134 @@ def fuse_online_softmax_sums(body, chunks: bool = True) -> int:
         j = _partner(ops, i, first, widen)
         if j is None:
             continue
-        _emit(op, ops[j], first, widen, chunks)
+        k = _reader(ops, i, j, first) if readers else None
+        reader = ops[k] if k is not None else None
+        if reader is not None:
+            for v in reader.operands:
+                if isinstance(v.type, _memref_type()):
+                    hoist_definition(v, ops[j])
+        _emit(op, ops[j], first, widen, chunks, reader)
         op.erase()
         ops[j].erase()
         gone.add(j)
+        if reader is not None:
+            reader.erase()
+            gone.add(k)
         n += 1
     return n
+
+
+def _memref_type():
+    from mlir import ir
+
+    return ir.MemRefType
+
+
+def _reader(ops, i, j, info):
+    """The position in ``ops`` of the op that the launch of the pair (R1, R2 = ``ops[j]``)
+    can finish, or None: the next op (views, allocations and constants aside) is an
+    all-parallel generic with one output that reads ``x`` through R1's map up to an order of
+    its loops (:func:`loop_correspondence`: the same loops, numbered otherwise), a body of
+    scalar ``arith``/``math`` code (``linalg.index`` too), not reading its output; it reads
+    R1's and R2's outputs, if at all, as those buffers with their own output maps (each
+    element is then the total of the row its block computes); its output is an allocation
+    (or views of one) sharing no bytes with anything R1, R2 or it reads; and each buffer it
+    uses can move in front of R2 (views of an allocation defined before, or between, alone).
+    The block of a row then computes the reader's elements of that row (R1's loop indices
+    ``(row, k)``, the same split, renumbered) after its totals."""
+    from mlir import ir
+
+    from latch.passes.buffer_views import (NO_MEMORY_EFFECTS, arena_span, defined_by_views,
+                                           memrefs_used, slots_overlap)
+
+    r1, r2 = ops[i], ops[j]
+    k = j + 1
+    while k < len(ops) and ops[k].name in NO_MEMORY_EFFECTS:
+        k += 1
+    if k == len(ops):
+        return None
+    fin = ops[k]
+    if fin.name != "linalg.generic" or fin.results or segments(fin)[1] != 1 or \
+            any("parallel" not in str(t)
+                for t in ir.ArrayAttr(fin.attributes["iterator_types"])):
+        return None
+    n_in = segments(fin)[0]
+    perm = loop_correspondence(fin, r1.operands[0], info)
+    if perm is None:
+        return None
+    block = fin.regions[0].blocks[0]
+    if any(True for _ in block.arguments[n_in].uses):
+        return None
+    for inner in list(block.operations):
+        inner = _op(inner)
+        if inner.regions or not inner.name.startswith(
+                ("arith.", "math.", "linalg.index", "linalg.yield")):
+            return None
+    maps = indexing_maps(fin)
+    m_out, s_out = r1.operands[1], r2.operands[2]
+    s_map = indexing_maps(r2)[-1]
+    for v, mp in zip(list(fin.operands)[:n_in], maps):
+        if not isinstance(v.type, ir.MemRefType):
+            continue
+        if root(v) == root(m_out) and not (v == m_out and
+                                            _translate(mp, perm) == info.maps[-1]):
+            return None
+        if root(v) == root(s_out) and not (v == s_out and _translate(mp, perm) == s_map):
+            return None
+    out = fin.operands[n_in]
+    if not all(defined_by_views(v, ops[j + 1:k]) for v in fin.operands
+               if isinstance(v.type, ir.MemRefType)):
+        return None
+    span = arena_span(out)
+    for v in memrefs_used(r1) + memrefs_used(r2) + list(fin.operands)[:n_in]:
+        if isinstance(v.type, ir.MemRefType) and \
+                (root(v) == root(out) or slots_overlap(span, arena_span(v))):
+            return None
+    return k
+
+
+def loop_correspondence(fin, x, info):
+    """``perm`` with the reader ``fin``'s loop ``i`` being R1's loop ``perm[i]``, from the
+    two maps through which they read ``x`` (each result a loop index, every loop once;
+    linalg's loop order of an elementwise op may differ from the reduction's), the trip
+    counts equal; None when ``fin`` does not read ``x`` so."""
+    from mlir import ir
+
+    n_in = segments(fin)[0]
+    n = len(info.ranges)
+    for v, mp in zip(list(fin.operands)[:n_in], indexing_maps(fin)):
+        if v != x or mp.n_dims != n or len(mp.results) != len(info.maps[0].results):
+            continue
+        perm = [None] * n
+        for a, b in zip(mp.results, info.maps[0].results):
+            if not (isinstance(a, ir.AffineDimExpr) and isinstance(b, ir.AffineDimExpr)):
+                break
+            i, j = ir.AffineDimExpr(a).position, ir.AffineDimExpr(b).position
+            if perm[i] is not None:
+                break
+            perm[i] = j
+        else:
+            _, ranges = loop_ranges(fin)
+            if None not in perm and sorted(perm) == list(range(n)) and \
+                    all(ranges[i] == info.ranges[perm[i]] for i in range(n)):
+                return perm
+    return None
+
+
+def _translate(m, perm):
+    """Indexing map ``m`` of the reader's loops in terms of R1's (loop ``i`` is R1's
+    ``perm[i]``); None when a result is not a loop index or a constant."""
+    from mlir import ir
+
+    out = []
+    for e in m.results:
+        if isinstance(e, ir.AffineDimExpr):
+            out.append(ir.AffineDimExpr.get(perm[ir.AffineDimExpr(e).position]))
+        elif isinstance(e, ir.AffineConstantExpr):
+            out.append(e)
+        else:
+            return None
+    return ir.AffineMap.get(len(perm), 0, out)
 
 
 def _widening(op, info):
@@ -137,7 +266,7 @@ def _is_sum_below(op, info, first, x, m, widen) -> bool:
         info.comb == body[-1] and isinstance(e.type, ir.F32Type)
 
 
-def _emit(r1, r2, info, widen, chunks: bool = True) -> None:
+def _emit(r1, r2, info, widen, chunks: bool = True, reader=None) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -146,9 +275,13 @@ def _emit(r1, r2, info, widen, chunks: bool = True) -> None:
     par, red, ranges = info.par, info.red, info.ranges
     n_out = math.prod(ranges[d] for d in par)
     n_red = math.prod(ranges[d] for d in red)
+    trips = n_red // (_THREADS * _CHUNK)
     x = r1.operands[0]
     m_out, s_out = r1.operands[1], r2.operands[2]
+    s_map = ir.AffineMapAttr(list(ir.ArrayAttr(r2.attributes["indexing_maps"]))[-1]).value
     block = r1.regions[0].blocks[0]
+    contiguous = chunks and _contiguous_chunks(x, info)
+    held = reader is not None and contiguous and trips <= _HELD
     with ir.InsertionPoint(r2), r2.location:
         c1 = index_constant(1)
         launch = gpu.LaunchOp((index_constant(n_out), c1, c1),
@@ -176,23 +309,28 @@ def _emit(r1, r2, info, widen, chunks: bool = True) -> None:
             return ir.Operation.create("arith.select", [f32],
                                        [_is_neg_inf(new), const(1.0), e]).result
 
-        def value(k):
+        def widened(v):
+            if widen is not None:
+                v = ir.Operation.create("arith.extf", [f32], [v]).result
+            return v
+
+        def value(k):               # (element as stored, in f32)
             here = list(dims)
             _split(k, red[::-1], ranges, here)
             mapping: dict = {}
             load_inputs(block, [x], info.maps[:1], here, mapping)
             v = mapping[block.arguments[0]]
-            if widen is not None:
-                v = ir.Operation.create("arith.extf", [f32], [v]).result
-            return v
+            return v, widened(v)
 
-        contiguous = chunks and _contiguous_chunks(x, info)
+        def offset(base, u):        # the reduction element number of a chunk's u-th element
+            if u == 0:
+                return base
+            return ir.Operation.create("arith.addi", [index], [base, index_constant(
+                u if contiguous else u * _THREADS)]).result
 
-        def chunk(base):            # the _CHUNK elements of a chunk, in f32
+        def chunk(base):            # the _CHUNK elements of a chunk: (as stored, in f32)
             if not contiguous:
-                return [value(base if u == 0 else ir.Operation.create(
-                    "arith.addi", [index], [base, index_constant(u * _THREADS)]).result)
-                        for u in range(_CHUNK)]
+                return [value(offset(base, u)) for u in range(_CHUNK)]
             here = list(dims)
             _split(base, red[::-1], ranges, here)
             elt = ir.MemRefType(x.type).element_type
@@ -205,63 +343,188 @@ def _emit(r1, r2, info, widen, chunks: bool = True) -> None:
             for u in range(_CHUNK):
                 v = ir.Operation.create("vector.extract", [elt], [vec], attributes={
                     "static_position": ir.DenseI64ArrayAttr.get([u])}).result
-                if widen is not None:
-                    v = ir.Operation.create("arith.extf", [f32], [v]).result
-                out.append(v)
+                out.append((v, widened(v)))
             return out
 
-        loop = scf.ForOp(index_constant(0), index_constant(n_red // (_THREADS * _CHUNK)),
-                         c1, [const(-math.inf), const(0.0)])
-        with ir.InsertionPoint(loop.body):
-            j = loop.induction_variable
-            m, s = loop.inner_iter_args
+        def chunk_base(j):          # the first element number of the thread's chunk j
             base = ir.Operation.create("arith.muli", [index],
                                        [j, index_constant(_THREADS * _CHUNK)]).result
             first = ir.Operation.create("arith.muli", [index],
                                         [tid, index_constant(_CHUNK)]).result \
                 if contiguous else tid
-            base = ir.Operation.create("arith.addi", [index], [base, first]).result
-            xs = chunk(base)
-            c = xs[0]
+            return ir.Operation.create("arith.addi", [index], [base, first]).result
+
+        where_m = indices(info.maps[-1], dims) if reader is not None else None
+        where_s = indices(s_map, dims) if reader is not None else None
+        if reader is not None:      # every thread needs the totals; all read the initial
+            # values before thread 0 stores (the block all-reduces' barriers lie between)
+            m0 = ir.Operation.create("memref.load", [f32], [m_out] + where_m).result
+            s0 = ir.Operation.create("memref.load", [f32], [s_out] + where_s).result
+        if held:                    # the whole row in registers: an exact maximum, then the sum
+            kept = [chunk(chunk_base(index_constant(j))) for j in range(trips)]
+            xs = [v for c in kept for _, v in c]
+            m_t = xs[0]
             for v in xs[1:]:
-                c = op("arith.maximumf", c, v)
-            m_new = op("arith.maximumf", m, c)
-            s_new = op("arith.mulf", s, rescale(m, m_new))
+                m_t = op("arith.maximumf", m_t, v)
+            s_t = const(0.0)
             for v in xs:
-                s_new = op("arith.addf", s_new, exp_guarded(v, m_new))
-            scf.YieldOp([m_new, s_new])
-        m_t, s_t = loop.results
+                s_t = op("arith.addf", s_t, exp_guarded(v, m_t))
+        else:
+            loop = scf.ForOp(index_constant(0), index_constant(trips),
+                             c1, [const(-math.inf), const(0.0)])
+            with ir.InsertionPoint(loop.body):
+                m, s = loop.inner_iter_args
+                xs = [v for _, v in chunk(chunk_base(loop.induction_variable))]
+                c = xs[0]
+                for v in xs[1:]:
+                    c = op("arith.maximumf", c, v)
+                m_new = op("arith.maximumf", m, c)
+                s_new = op("arith.mulf", s, rescale(m, m_new))
+                for v in xs:
+                    s_new = op("arith.addf", s_new, exp_guarded(v, m_new))
+                scf.YieldOp([m_new, s_new])
+            m_t, s_t = loop.results
         m_b = block_all_reduce(m_t, "maximumf")
         s_b = block_all_reduce(op("arith.mulf", s_t, rescale(m_t, m_b)), "add")
+        if reader is not None:
+            m_fin = op("arith.maximumf", m0, m_b)
+            s_fin = op("arith.addf", s0, op("arith.mulf", s_b, rescale(m_b, m_fin)))
         store = scf.IfOp(compare("eq", tid, index_constant(0)))
         with ir.InsertionPoint(store.then_block):
-            where_m = indices(info.maps[-1], dims)
-            m0 = ir.Operation.create("memref.load", [f32], [m_out] + where_m).result
-            m_fin = op("arith.maximumf", m0, m_b)
+            if reader is None:
+                where_m = indices(info.maps[-1], dims)
+                m0 = ir.Operation.create("memref.load", [f32], [m_out] + where_m).result
+                m_fin = op("arith.maximumf", m0, m_b)
             ir.Operation.create("memref.store", [], [m_fin, m_out] + where_m)
-            where_s = indices(ir.AffineMapAttr(list(ir.ArrayAttr(
-                r2.attributes["indexing_maps"]))[-1]).value, dims)
-            s0 = ir.Operation.create("memref.load", [f32], [s_out] + where_s).result
-            s_fin = op("arith.addf", s0, op("arith.mulf", s_b, rescale(m_b, m_fin)))
+            if reader is None:
+                where_s = indices(s_map, dims)
+                s0 = ir.Operation.create("memref.load", [f32], [s_out] + where_s).result
+                s_fin = op("arith.addf", s0, op("arith.mulf", s_b, rescale(m_b, m_fin)))
             ir.Operation.create("memref.store", [], [s_fin, s_out] + where_s)
             scf.YieldOp([])
+        if reader is not None:
+            finish = _ReaderEmitter(reader, info, dims, x, {m_out: m_fin, s_out: s_fin},
+                                    {m_out: info.maps[-1], s_out: s_map}, held, contiguous)
+            if held:
+                for j, c in enumerate(kept):
+                    finish.chunk(chunk_base(index_constant(j)), offset, [r for r, _ in c])
+            else:
+                loop = scf.ForOp(index_constant(0), index_constant(trips), c1, [])
+                with ir.InsertionPoint(loop.body):
+                    finish.chunk(chunk_base(loop.induction_variable), offset, None)
+                    scf.YieldOp([])
         ir.Operation.create("gpu.terminator", [])
+
+
+class _ReaderEmitter:
+    """Emits the reader's elements of a chunk: its loop indices are the row's (``dims``) and
+    the reduction element's (the same split as R1's); the totals come from registers, the
+    inputs read at the row alone are loaded once, ``x`` (read as R1 reads it) is taken from
+    the thread's registers when ``held``, the rest is loaded per element; the chunk's
+    results are stored as one vector where they are consecutive in the output."""
+
+    def __init__(self, reader, info, dims, x, totals: dict, total_maps: dict, held: bool,
+                 contiguous: bool):
+        from mlir import ir
+
+        self.info, self.dims = info, dims
+        self.n_in = segments(reader)[0]
+        self.block = reader.regions[0].blocks[0]
+        self.body = [_op(o) for o in self.block.operations]
+        self.maps = indexing_maps(reader)
+        self.ins = list(reader.operands)[:self.n_in]
+        self.out = reader.operands[self.n_in]
+        self.perm = loop_correspondence(reader, x, info)
+        self.fixed, self.x_args, self.per_element = {}, [], []
+        for q, (v, mp) in enumerate(zip(self.ins, self.maps)):
+            arg = self.block.arguments[q]
+            ours = _translate(mp, self.perm)        # in R1's loops
+            if not isinstance(v.type, ir.MemRefType):
+                self.fixed[arg] = v
+            elif v in totals and ours == total_maps[v]:
+                self.fixed[arg] = totals[v]
+            elif held and v == x and ours == info.maps[0]:
+                self.x_args.append(q)
+            elif ours is not None and _row_only(ours, info.par):
+                elt = ir.MemRefType(v.type).element_type
+                self.fixed[arg] = ir.Operation.create(
+                    "memref.load", [elt], [v] + indices(ours, dims)).result
+            else:
+                self.per_element.append(q)
+        out_map = _translate(self.maps[-1], self.perm)
+        self.vector_store = contiguous and out_map is not None and \
+            _contiguous_along(self.out, out_map, info)
+
+    def element(self, k, x_value):
+        """The reader's value at reduction element number ``k`` and its loop indices."""
+        ours = list(self.dims)
+        _split(k, self.info.red[::-1], self.info.ranges, ours)
+        here = [ours[j] for j in self.perm]         # in the reader's loops
+        mapping = dict(self.fixed)
+        for q in self.x_args:
+            mapping[self.block.arguments[q]] = x_value
+        load_inputs(self.block, self.ins, self.maps, here, mapping, only=self.per_element)
+        clone_body_ops(self.body[:-1], mapping, here)
+        y = self.body[-1].operands[0]
+        return mapping.get(y, y), here
+
+    def chunk(self, base, offset, xs) -> None:
+        from mlir import ir
+
+        values, first = [], None
+        for u in range(_CHUNK):
+            y, here = self.element(offset(base, u), xs[u] if xs is not None else None)
+            if u == 0:
+                first = here
+            if self.vector_store:
+                values.append(y)
+            else:
+                ir.Operation.create("memref.store", [],
+                                    [y, self.out] + indices(self.maps[-1], here))
+        if self.vector_store:
+            elt = ir.MemRefType(self.out.type).element_type
+            vec = ir.Operation.create("vector.from_elements",
+                                      [ir.VectorType.get([_CHUNK], elt)], values).result
+            ir.Operation.create(
+                "vector.store", [], [vec, self.out] + indices(self.maps[-1], first),
+                attributes={"alignment": ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), _CHUNK * element_bits(elt) // 8)})
+
+
+def _row_only(m, par) -> bool:
+    """Whether indexing map ``m`` reads one element per row: its results are constants or
+    the row's (parallel) loops."""
+    from mlir import ir
+
+    for e in m.results:
+        if isinstance(e, ir.AffineDimExpr):
+            if ir.AffineDimExpr(e).position not in par:
+                return False
+        elif not isinstance(e, ir.AffineConstantExpr):
+            return False
+    return True
+
+
+def _contiguous_along(v, m, info) -> bool:
+    """Whether ``_CHUNK`` consecutive reduction elements are ``_CHUNK`` consecutive, aligned
+    elements of buffer ``v`` read through map ``m``."""
+    from mlir import ir
+
+    from latch.passes.vector_lanes import _aligned
+
+    last = info.red[-1]
+    results = [str(e) for e in m.results]
+    mt = ir.MemRefType(v.type)
+    return bool(results) and results[-1] == f"d{last}" and \
+        info.ranges[last] % _CHUNK == 0 and element_bits(mt.element_type) in (16, 32) and \
+        _aligned(mt, _CHUNK)
 
 
 def _contiguous_chunks(x, info) -> bool:
     """Whether ``_CHUNK`` consecutive reduction elements (the last reduction loop fastest)
     are ``_CHUNK`` consecutive, aligned elements of ``x``: that loop indexes its contiguous
     last dimension, in whole chunks."""
-    from mlir import ir
-
-    from latch.passes.vector_lanes import _aligned
-
-    last = info.red[-1]
-    results = [str(e) for e in info.maps[0].results]
-    mt = ir.MemRefType(x.type)
-    return bool(results) and results[-1] == f"d{last}" and \
-        info.ranges[last] % _CHUNK == 0 and element_bits(mt.element_type) in (16, 32) and \
-        _aligned(mt, _CHUNK)
+    return _contiguous_along(x, info.maps[0], info)
 
 
 def _is_neg_inf(v):

@@ -66,6 +66,9 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "latch-materialize-product-factors",
          # two elementwise readers of the same tensor (the SwiGLU backward): one kernel
          "latch-fuse-siblings",
+         # a long row reduction's elementwise reader next to it (the loss gradient after
+         # its log-sum-exp): latch-wrap-host-compute runs both in one launch
+         "latch-hoist-row-readers",
          "latch-lower-collectives", "latch-lower-attention",
          "eliminate-empty-tensors", "empty-tensor-to-alloc-tensor",
          "one-shot-bufferize{{bufferize-function-boundaries "

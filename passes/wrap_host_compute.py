@@ -131,7 +131,9 @@ class WrapHostCompute(ModulePass):
 
     reduce_threads: int = 256
     #: a row reduction's elementwise reader finished by the lanes that store the totals
-    #: (passes/row_reductions.py, "Finished in the same launch")
+    #: (passes/row_reductions.py, "Finished in the same launch"); a one-pass row max and
+    #: sum of exponentials followed by a reader of the same rows computes the reader's
+    #: elements of each row in the row's block (passes/online_softmax_sums.py)
     finish_rows: bool = True
     #: the one-pass row max / sum of exponentials and the full sums read chunks of
     #: consecutive elements (one 16-byte load) where the input allows; false: one element
@@ -151,7 +153,7 @@ class WrapHostCompute(ModulePass):
             _reductions_innermost(body)
             if self.reduce_threads > 0:
                 collapse_one_hot_reductions(body)
-                fuse_online_softmax_sums(body, self.chunks)
+                fuse_online_softmax_sums(body, self.chunks, self.finish_rows)
                 cooperative_row_reductions(body, self.finish_rows)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks)
             _wrap(body)

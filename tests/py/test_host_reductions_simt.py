@@ -404,3 +404,80 @@ def test_full_sum_reads_chunks(rows, cols, transposed):
     want = float((x.double() ** 2).sum())
     assert got[0] == got[1]
     assert abs(got[0] - want) <= 1e-5 * want
+
+
+# the same two reductions followed by a cross-entropy gradient of the same rows (what
+# latch-hoist-row-readers leaves): softmax minus the one-hot of the target, times a per-row
+# weight, rounded to bf16; the one-hot from the loop index (an arange recomputed)
+SOFTMAX_GRAD = SOFTMAX.replace(
+    "%s: memref<ROWSxf32>) {",
+    "%s: memref<ROWSxf32>, %t: memref<ROWSxi64>, %w: memref<ROWSxf32>, "
+    "%g: memref<ROWSxCOLSxbf16>) {").replace("""  return
+}""", """  linalg.generic {indexing_maps = [#x, #r, #r, #r, #r, #x],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%x, %m, %s, %t, %w : memref<ROWSxCOLSxbf16>, memref<ROWSxf32>, memref<ROWSxf32>,
+          memref<ROWSxi64>, memref<ROWSxf32>) outs(%g : memref<ROWSxCOLSxbf16>) {
+  ^bb0(%a: bf16, %mm: f32, %ss: f32, %tt: i64, %ww: f32, %o: bf16):
+    %k = linalg.index 1 : index
+    %ki = arith.index_cast %k : index to i64
+    %hit = arith.cmpi eq, %ki, %tt : i64
+    %one = arith.constant 1.0 : f32
+    %zf = arith.constant 0.0 : f32
+    %oh = arith.select %hit, %one, %zf : f32
+    %e = arith.extf %a : bf16 to f32
+    %d = arith.subf %e, %mm : f32
+    %p = math.exp %d : f32
+    %q = arith.divf %p, %ss : f32
+    %r = arith.subf %q, %oh : f32
+    %y = arith.mulf %r, %ww : f32
+    %b = arith.truncf %y : f32 to bf16
+    linalg.yield %b : bf16
+  }
+  return
+}""")
+
+
+@pytest.mark.parametrize("cols,held", [(4096, True), (2048 * 20, False)])
+def test_softmax_reader_in_the_sums_launch(cols, held):
+    """passes/online_softmax_sums.py with a reader: one launch computes the row max, the sum
+    and the cross-entropy gradient of each row (the row's 8-element chunks kept in
+    registers up to 16 chunks a thread, ``held``; longer rows read again), the gradient
+    stored 8 bf16 a store; max and sum as the two-pass form's, the gradient as float64's
+    rounded to bf16 (one bf16 ulp)."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    rows = 3
+    text = SOFTMAX_GRAD.replace("ROWS", str(rows)).replace("COLS", str(cols))
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+        host = str(m).split("gpu.module")[0]
+        launches = re.findall(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c(\d+)", host)
+        assert launches == [str(rows)]                 # one launch: sums and gradient
+        assert "outs(%arg5" not in host                # no generic left writing it
+        assert host.count("scf.for") == (0 if held else 2)
+        assert "vector.store" in host and "vector<8xbf16>" in host
+        g = torch.Generator().manual_seed(3)
+        x = (torch.randn(rows, cols, generator=g, dtype=torch.float64) * 4).bfloat16()
+        x[1, 100:] = float("-inf")
+        t = torch.tensor([5, 7, cols - 1])
+        w = torch.tensor([0.5, -2.0, 1.0 / 3.0], dtype=torch.float32)
+        mx = np.zeros(rows, np.float32)
+        sx = np.zeros(rows, np.float32)
+        gx = np.zeros((rows, cols), np.float32)
+        sim = Simt(m)
+        sim.run([x.float().numpy(), mx, sx, t.numpy().astype(np.int64), w.numpy(), gx])
+        got_g = torch.from_numpy(np.asarray(sim.arguments[5], np.float64))
+        got_m = torch.from_numpy(np.asarray(sim.arguments[1], np.float64))
+    xd = x.double()
+    assert torch.equal(got_m, xd.max(dim=1).values)
+    p = torch.softmax(xd, dim=1)
+    want = (p - torch.nn.functional.one_hot(t, cols).double()) * w.double()[:, None]
+    err = (got_g - want).abs() / want.abs().clamp_min(1e-30)
+    assert float(err[want.abs() > 1e-30].max()) < 2 ** -7, float(err.max())
+    assert torch.equal(got_g == 0, want.bfloat16().double() == 0)
