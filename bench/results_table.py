@@ -8,8 +8,8 @@ record for it, and the controls measured side by side in that same run.
 Columns: Latch, PyTorch eager and the strongest control of the run (torch.compile + CUDA
 graph; for GradLev the fastest PyTorch control: the closed-form step in one CUDA graph),
 medians in ms per update (per microbatch for selective updates, per 1024-step block for
-GradLev) with min–max, the speed-up over the control, the issue's target and the file,
-commit and date.  Nothing here is typed by hand: rerun it after a new result.
+GradLev) with min–max, the speed-up over the control, the issue's target (set on the
+H200) and the file, commit, date and GPU of the run (Latch and its control always share it).  Nothing here is typed by hand: rerun it after a new result.
 """
 from __future__ import annotations
 
@@ -88,9 +88,10 @@ def table() -> str:
         ctrl = f"{_fmt(best[1])} ({best[0]})" if best else "—"
         ratio = f"{best[1][0] / latch[0]:.2f}×" if best else "—"
         rec = runs["latch"]
+        gpu = str(rec.get("gpu", "?")).replace("NVIDIA ", "")
         rows.append(f"| {label} | **{_fmt(latch)}** | {_fmt(eager) if eager else '—'} | "
                     f"{ctrl} | {ratio} | ≤ {target} ms | `{name}` ({rec.get('commit', '?')}, "
-                    f"{str(rec.get('date', '?'))[:10]}) |")
+                    f"{str(rec.get('date', '?'))[:10]}, {gpu}) |")
     return "\n".join(rows)
 
 

@@ -127,6 +127,15 @@ def defined_by_views(v, between) -> bool:
     return True
 
 
+def next_memory_op(ops, k):
+    """Index of the first op after ``ops[k]`` that touches memory (views, allocations and
+    constants skipped: :data:`NO_MEMORY_EFFECTS`), or None when there is none."""
+    at = k + 1
+    while at < len(ops) and ops[at].name in NO_MEMORY_EFFECTS:
+        at += 1
+    return at if at < len(ops) else None
+
+
 def hoist_definition(v, op) -> None:
     """Move the ops defining buffer ``v`` that come after ``op`` (an allocation and views
     of it, :func:`defined_by_views`) in front of ``op``, the allocation first."""

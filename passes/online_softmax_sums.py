@@ -99,14 +99,12 @@ def _reader(ops, i, j, info):
     ``(row, k)``, the same split, renumbered) after its totals."""
     from mlir import ir
 
-    from latch.passes.buffer_views import (NO_MEMORY_EFFECTS, arena_span, defined_by_views,
-                                           memrefs_used, slots_overlap)
+    from latch.passes.buffer_views import (arena_span, defined_by_views, memrefs_used,
+                                           next_memory_op, slots_overlap)
 
     r1, r2 = ops[i], ops[j]
-    k = j + 1
-    while k < len(ops) and ops[k].name in NO_MEMORY_EFFECTS:
-        k += 1
-    if k == len(ops):
+    k = next_memory_op(ops, j)
+    if k is None:
         return None
     fin = ops[k]
     if fin.name != "linalg.generic" or fin.results or segments(fin)[1] != 1 or \

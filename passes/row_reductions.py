@@ -295,16 +295,14 @@ def _finalizer(op, info, ops, k):
     are still written, for the backward's readers).  None otherwise."""
     from mlir import ir
 
-    from latch.passes.buffer_views import (NO_MEMORY_EFFECTS, arena_span, defined_by_views,
-                                           memrefs_used, slots_overlap)
+    from latch.passes.buffer_views import (arena_span, defined_by_views, memrefs_used,
+                                           next_memory_op, slots_overlap)
 
     if info.logical:
         return None
     out = list(op.operands)[-1]
-    at = k + 1
-    while at < len(ops) and ops[at].name in NO_MEMORY_EFFECTS:
-        at += 1
-    if at == len(ops):
+    at = next_memory_op(ops, k)
+    if at is None:
         return None
     fin = ops[at]
     if fin.name != "linalg.generic" or fin.results or segments(fin) != (1, 1) or \
