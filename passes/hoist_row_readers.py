@@ -14,19 +14,19 @@ them again and writes 2.1 GB of bf16 gradient (1.3 ms).  Adjacent, one launch re
 once from memory.
 
 Rewritten: for each all-parallel ``linalg.generic`` R whose operands include the result of
-a *row reduction* P (a generic with parallel and reduction loops, at least ``min-row``
-reduction elements an output) and an input of P, with P the latest such producer in the
-block: the ops between P and R that R depends on (its operands' producers, transitively)
-move in front of the first such reduction P0 (the row maximum, when P is the sum below
-it), and R moves right after P.  Only tensor ops with no side effects move (``linalg``
-ops whose bodies have none, ``tensor`` ops, constants); nothing moves when a moved op
-would need a value computed from P0 on, or when R is already next to P.  Values keep their
+a *row sum of exponentials* P (a generic with parallel and reduction loops, at least
+``min-row`` reduction elements an output, ``exp`` and ``addf`` in its body) over an input
+``x`` that R reads too and the result of a row maximum P0 over ``x``: the ops after the row max P0 that R depends on (its operands' producers,
+transitively; the max and the sum aside) move in front of P0, and R moves right after P.
+Only tensor ops with no side effects move (``linalg`` ops whose bodies have none but
+bounds checks, ``tensor`` ops, constants); nothing moves when a moved op would need the max
+or the sum, or when R is already next to P.  Values keep their
 meaning (tensor ops are pure); buffers live longer: R's output from P on, its
 producers' from P0 on — at TinyMoE both are the gradient (live across the loss's few small
 ops) and per-token vectors.
 
-Option ``min-row`` (default 2048: 256 threads of 8 elements, the online softmax's
-smallest row).  Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-hoist-row-readers)'``
+Option ``min-row`` (default 4096: the shortest row that gets a block of its own, the online
+softmax's; ``row_reductions._BLOCK_MIN``).  Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-hoist-row-readers)'``
 """
 from __future__ import annotations
 
@@ -139,28 +139,24 @@ def hoist_one(block, min_row: int, done: set) -> bool:
         p0, p = pair
         if ops[p] in done:
             continue
-        # what R needs from between P and R, transitively
+        if all(ops[i].name in ("arith.constant", "tensor.empty")
+               for i in range(p + 1, r_at)):
+            continue                          # already next to P
+        # what R needs from after the row max, transitively (the max and the sum aside)
         need, stack = set(), [r]
         while stack:
             o = stack.pop()
             for v in o.operands:
                 at = _defining_index(v, position)
-                if at is not None and p < at < r_at and at not in need:
+                if at is not None and p0 < at < r_at and at not in (p, p0) and \
+                        at not in need:
                     need.add(at)
                     stack.append(ops[at])
-        if all(ops[i].name in ("arith.constant", "tensor.empty")
-               for i in range(p + 1, r_at)):
-            continue                          # already next to P
         moving = sorted(need)
         if not all(_pure(ops[i]) for i in moving):
             continue
-        ok = True
-        for i in moving:                       # each must be computable before P0
-            for v in ops[i].operands:
-                at = _defining_index(v, position)
-                if at is not None and at >= p0 and at not in need:
-                    ok = False
-        if not ok:
+        if any(_defining_index(v, position) in (p0, p)            # computed from the sums
+               for i in moving for v in ops[i].operands):
             continue
         for i in moving:
             ops[i].move_before(ops[p0])
@@ -176,7 +172,7 @@ class HoistRowReaders(ModulePass):
     summary = ("an elementwise reader of a long row reduction that also reads its input "
                "moves next to the reduction (its other producers in front of it), for "
                "latch-wrap-host-compute to run both in one launch")
-    min_row: int = 2048
+    min_row: int = 4096
 
     def apply(self, module) -> None:
         for f in function_definitions(module):
