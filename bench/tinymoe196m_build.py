@@ -27,8 +27,8 @@ the attention kernels' products as ``mma.sync`` instead of ``wgmma``
 set by the widest element instead of the narrowest
 (``latch-map-parallel-loops{narrow-lanes=false}``), ``-arangebuffers`` aranges read from
 their buffers (``latch-recompute-elementwise{aranges=false}``, at each of its places in the
-pipeline), ``-stridedsums`` the loss's row max and sum of exponentials and the full sums
-reading one element a load (``latch-wrap-host-compute{chunks=false}``), ``-serialsums``
+pipeline), ``-stridedsums`` the loss's row max and sum of exponentials, the full sums and the
+row reductions reading one element a load (``latch-wrap-host-compute{chunks=false}``), ``-serialsums``
 a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``), ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``) — the same

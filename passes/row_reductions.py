@@ -254,7 +254,7 @@ def match_row_reduction(op):
     return info
 
 
-def cooperative_row_reductions(body, finish: bool = True) -> int:
+def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`);
     returns how many were replaced."""
@@ -273,7 +273,7 @@ def cooperative_row_reductions(body, finish: bool = True) -> int:
             at = _finalizer(op, found, ops, k) if finish else None
             if at is not None:
                 hoist_definition(ops[at].operands[1], op)
-            _emit(op, found, ops[at] if at is not None else None)
+            _emit(op, found, ops[at] if at is not None else None, chunks)
             if at is not None:
                 ops[at].erase()
                 erased.add(at)
@@ -393,6 +393,48 @@ def _element_fn(op, info, dims):
     return element
 
 
+def _chunk_fn(op, info, dims, v: int):
+    """Like :func:`_element_fn`, for the ``v`` consecutive reduction elements from ``k`` (a
+    multiple of ``v``; :func:`latch.passes.vector_lanes.chunk_width` holds for the last
+    reduction loop): the inputs read along that loop as one vector load each, the others
+    once, the elements combined in order."""
+    from mlir import ir
+
+    operands = list(op.operands)
+    ins = operands[:-1]
+    block = op.regions[0].blocks[0]
+    skip = set(info.skip)
+    body_ops = [o for o in (_op(x) for x in block.operations)][:-1]
+    body_ops = [o for o in body_ops if o not in skip]
+    last = f"d{info.red[-1]}"
+    along = {j for j, (x, m) in enumerate(zip(ins, info.maps))
+             if isinstance(x.type, ir.MemRefType) and [str(e) for e in m.results][-1:] == [last]}
+
+    def chunk(k, partial):
+        here = list(dims)
+        _split(k, info.red[::-1], info.ranges, here)
+        shared, vectors = {}, {}
+        load_inputs(block, ins, info.maps, here, shared, only=set(range(len(ins))) - along)
+        for j in sorted(along):
+            elt = ir.MemRefType(ins[j].type).element_type
+            vectors[block.arguments[j]] = ir.Operation.create(
+                "vector.load", [ir.VectorType.get([v], elt)], [ins[j]] + indices(info.maps[j], here),
+                attributes={"alignment": ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), v * element_bits(elt) // 8)}).result
+        for u in range(v):
+            mapping = dict(shared)
+            for arg, vec in vectors.items():
+                mapping[arg] = ir.Operation.create(
+                    "vector.extract", [arg.type], [vec],
+                    attributes={"static_position": ir.DenseI64ArrayAttr.get([u])}).result
+            mapping[info.acc] = partial
+            clone_body_ops(body_ops, mapping, here)
+            partial = mapping[info.comb.results[0]]
+        return partial
+
+    return chunk
+
+
 def _strided_partial(start, n: int, step: int, init, element):
     """Combine elements ``start, start + step, ... < n`` (in that order, one chain) into
     ``init``: a loop unrolled ``_UNROLL`` times over the part every thread walks the same
@@ -471,7 +513,22 @@ def _store_total(out, where, total, info, finish=None) -> None:
 
 # -- a warp or a block per output --------------------------------------------------------
 
-def _emit(op, info, finish=None) -> None:
+def _row_chunk(op, info, group: int) -> int:
+    """Consecutive elements a lane takes at once (one 16-byte load of each input read along
+    the last reduction loop): :func:`latch.passes.vector_lanes.chunk_width`, for float
+    combiners, when the ``group``'s lanes walk the row in whole chunks; else 1."""
+    from latch.passes.vector_lanes import chunk_width
+
+    if info.logical:
+        return 1
+    n_red = math.prod(info.ranges[d] for d in info.red)
+    v = chunk_width(op, info.maps, info.ranges, info.red[-1])
+    while v > 1 and n_red % (group * v):
+        v //= 2
+    return v
+
+
+def _emit(op, info, finish=None, chunks: bool = True) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -507,7 +564,14 @@ def _emit(op, info, finish=None) -> None:
         dims = [None] * len(ranges)
         _split(row, par, ranges, dims)
         start = _identity(info)
-        partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims))
+        v = _row_chunk(op, info, group) if chunks else 1
+        if v > 1:                   # lane l: chunks of v from v*l on, 16 bytes a load
+            first = ir.Operation.create("arith.muli", [index],
+                                        [lane, index_constant(v)]).result
+            partial = _strided_partial(first, n_red, group * v, start,
+                                       _chunk_fn(op, info, dims, v))
+        else:
+            partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims))
         if per_block == 1:
             kind = (_LOGICAL if info.logical else _COMBINERS)[info.comb.name][0]
             total = _narrow(block_all_reduce(_widen(partial, info), kind), info)

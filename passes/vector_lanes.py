@@ -130,6 +130,48 @@ def _aligned(mt, v: int) -> bool:
     return all(s != dyn and s % v == 0 for s in strides[:-1])
 
 
+def chunk_width(op, maps, ranges, last: int) -> int:
+    """Consecutive elements ``V`` a thread of a reduction takes at once along loop ``last``:
+    16 bytes of the narrowest input element read along it (at most 64 of the widest), when
+    that loop indexes the contiguous last dimension of every input that depends on it, in
+    whole chunks (its range and every such input's strides and offset multiples of ``V``),
+    and indexes nothing else; 1 otherwise (a gather, an index used as a value, a transposed
+    read)."""
+    import re
+
+    from mlir import ir
+
+    from latch.passes.base import operation as _op
+
+    uses = re.compile(rf"\bd{last}\b").search
+    n_in = len(op.operands) - 1
+    block = op.regions[0].blocks[0]
+    along = []
+    for v, m in zip(list(op.operands)[:n_in], maps[:n_in]):
+        results = [str(e) for e in m.results]
+        if not any(uses(r) for r in results):
+            continue
+        if results[-1] != f"d{last}" or any(uses(r) for r in results[:-1]) or \
+                not isinstance(v.type, ir.MemRefType):
+            return 1
+        mt = ir.MemRefType(v.type)
+        if _bytes(mt.element_type) is None:
+            return 1
+        along.append(mt)
+    for o in block.operations:
+        if _op(o).name == "linalg.index" and \
+                ir.IntegerAttr(_op(o).attributes["dim"]).value == last:
+            return 1
+    if not along:
+        return 1
+    narrowest = min(_bytes(mt.element_type) for mt in along)
+    widest = max(_bytes(mt.element_type) for mt in along)
+    v = narrow_width(narrowest, widest)
+    while v > 1 and (ranges[last] % v or not all(_aligned(mt, v) for mt in along)):
+        v //= 2
+    return v
+
+
 class LaneEmitter:
     """Emits the body ``ops`` for one vector of ``v`` lanes at the current insertion point:
     ``mapping`` maps the fastest loop's index to the first lane's (a multiple of ``v``) and

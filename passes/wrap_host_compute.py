@@ -62,7 +62,6 @@ latch-wrap-host-compute, latch-form-kernels)'``
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from latch.errors import PassError
 from latch.passes.base import (ModulePass, defining_op, element_bits, function_definitions,
@@ -154,7 +153,7 @@ class WrapHostCompute(ModulePass):
             if self.reduce_threads > 0:
                 collapse_one_hot_reductions(body)
                 fuse_online_softmax_sums(body, self.chunks, self.finish_rows)
-                cooperative_row_reductions(body, self.finish_rows)
+                cooperative_row_reductions(body, self.finish_rows, self.chunks)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks)
             _wrap(body)
 
@@ -1035,44 +1034,11 @@ def _parallel_full_reductions(body, threads: int, chunks: bool = True) -> None:
 
 
 def _chunk_lanes(op, maps, ranges) -> int:
-    """Consecutive elements ``V`` a thread of a full sum takes at once: 16 bytes of the
-    narrowest input element read along the last loop (at most 64 of the widest), when that
-    loop indexes the contiguous last dimension of every input that depends on it, in whole
-    chunks (its range and every such input's strides and offset multiples of ``V``), and
-    indexes nothing else; 1 otherwise (a gather, an index used as a value, a transposed
-    read)."""
-    from mlir import ir
+    """Consecutive elements ``V`` a thread of a full sum takes at once along the last loop
+    (:func:`latch.passes.vector_lanes.chunk_width`)."""
+    from latch.passes.vector_lanes import chunk_width
 
-    from latch.passes.vector_lanes import _aligned, _bytes, narrow_width
-
-    last = len(ranges) - 1
-    uses = re.compile(rf"\bd{last}\b").search
-    n_in = len(op.operands) - 1
-    block = op.regions[0].blocks[0]
-    along = []
-    for v, m in zip(list(op.operands)[:n_in], maps[:n_in]):
-        results = [str(e) for e in m.results]
-        if not any(uses(r) for r in results):
-            continue
-        if results[-1] != f"d{last}" or any(uses(r) for r in results[:-1]) or \
-                not isinstance(v.type, ir.MemRefType):
-            return 1
-        mt = ir.MemRefType(v.type)
-        if _bytes(mt.element_type) is None:
-            return 1
-        along.append(mt)
-    for o in block.operations:
-        if _op(o).name == "linalg.index" and \
-                ir.IntegerAttr(_op(o).attributes["dim"]).value == last:
-            return 1
-    if not along:
-        return 1
-    narrowest = min(_bytes(mt.element_type) for mt in along)
-    widest = max(_bytes(mt.element_type) for mt in along)
-    v = narrow_width(narrowest, widest)
-    while v > 1 and (ranges[last] % v or not all(_aligned(mt, v) for mt in along)):
-        v //= 2
-    return v
+    return chunk_width(op, maps, ranges, len(ranges) - 1)
 
 
 def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = True) -> None:

@@ -256,12 +256,13 @@ func.func @main(%x: memref<ROWSxNxbf16>, %y: memref<ROWSxNxbf16>, %o: memref<ROW
 """
 
 
-@pytest.mark.parametrize("n,lanes", [(40, 8), (64, 8), (200, 32), (300, 32)])
+@pytest.mark.parametrize("n,lanes", [(40, 8), (64, 8), (200, 32), (300, 32), (512, 32)])
 def test_short_rows_take_groups_of_lanes(n, lanes):
     """Row sums shorter than 256 elements (attention's delta: 64 per query and head) take a
     group of lanes per row, about 8 elements a lane, several rows a warp
-    (row_reductions.short_row_lanes); their shuffles stay inside the group.  Compared with
-    float64 sums of the same bf16 products."""
+    (row_reductions.short_row_lanes); their shuffles stay inside the group.  A row the
+    group walks in whole chunks of 16 bytes (64 bf16 for 8 lanes) is read a chunk a load
+    (row_reductions._row_chunk).  Compared with float64 sums of the same bf16 products."""
     from mlir import ir
 
     import latch.dialect
@@ -277,6 +278,8 @@ def test_short_rows_take_groups_of_lanes(n, lanes):
         run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
         host = str(m).split("gpu.module")[0]
         assert re.search(rf"threads\(.*\) in \(%\w+ = %c{lanes}, %\w+ = %c{256 // lanes},", host)
+        # rows the group walks in whole chunks of 8 bf16 read them 16 bytes a load
+        assert ("vector<8xbf16>" in host) == (n % (lanes * 8) == 0)
         g = torch.Generator().manual_seed(5)
         x = torch.randn(rows, n, generator=g).bfloat16()
         y = torch.randn(rows, n, generator=g).bfloat16()
@@ -346,6 +349,7 @@ def test_row_reduction_finished_by_its_warp():
         sums = np.asarray(sim.arguments[2], np.float64)
     # the finishing code is inside the reduction's launch, and no kernel of its own
     assert host.count("math.rsqrt") == 1
+    assert "vector<4xf32>" in host              # a lane reads 4 consecutive f32 a load
     assert "math.rsqrt" in host.split("gpu.terminator")[0]
     ref_sums = (x.astype(np.float64) ** 2).sum(1)
     ref = 1 / np.sqrt(ref_sums / 768 + 1e-5)

@@ -425,7 +425,9 @@ func.func @coalesced_copy(%a: memref<16x256xf32>, %b: memref<16x256xf32>) {
 // (butterfly of shuffles), a whole block for long ones (gpu.all_reduce); the partial
 // results live in registers, and lane 0 combines the total with the output's initial value.
 // Each thread's strided loop is unrolled 4 times (same elements, same order), with a
-// remainder loop when the trip count does not divide.  A reduction over the *outer*
+// remainder loop when the trip count does not divide; where the row is contiguous and
+// walked in whole chunks, a thread takes 4 consecutive f32 a load (16 bytes) from 4 x its
+// lane on, 1024 elements apart (the block's 256 threads cover 1024 a round).  A reduction over the *outer*
 // dimension (the unit-stride input dimension is a parallel loop) gets column tiles
 // instead: 8 consecutive f32 outputs per block (threadIdx.x), R threads (threadIdx.y)
 // splitting the reduction, partials combined by a tree in workgroup memory.
@@ -434,8 +436,12 @@ func.func @coalesced_copy(%a: memref<16x256xf32>, %b: memref<16x256xf32>) {
 #rr_col = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: func.func @row_max(
 // CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c64, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
-// CHECK: %[[P:.*]] = scf.for %{{.*}} = %{{.*}} to %c4096 step %c1024 iter_args(%{{.*}} = %cst) -> (f32)
+// CHECK: %[[FIRST:.*]] = arith.muli %{{.*}}, %c4 : index
+// CHECK: %[[P:.*]] = scf.for %[[K:.*]] = %[[FIRST]] to %c4096 step %c4096{{.*}} iter_args(%{{.*}} = %cst) -> (f32)
+// CHECK: vector.load %arg0[%{{.*}}, %[[K]]] {alignment = 16 : i64} : memref<64x4096xf32>, vector<4xf32>
 // CHECK-COUNT-4: arith.maximumf
+// CHECK: vector.load %arg0{{.*}} vector<4xf32>
+// CHECK-COUNT-12: arith.maximumf
 // CHECK: scf.yield
 // CHECK-NOT: scf.for
 // CHECK: gpu.all_reduce maximumf %[[P]] uniform

@@ -1,15 +1,16 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-to-ptx)' --emit=ptx | FileCheck %s
 // A row-sum of 96-element rows: a group of 16 lanes per row (row_reductions.short_row_lanes:
 // about 8 elements a lane, two rows a warp); each lane sums a strided part of the row in a
-// register, four butterfly shuffles add the group's lanes, lane 0 adds the total to the
-// output.
+// register, two consecutive elements a load (the 16 lanes walk the row in whole 8-byte
+// chunks: row_reductions._row_chunk), four butterfly shuffles add the group's lanes, lane 0
+// adds the total to the output.
 
 // CHECK-LABEL: gpu.binary "row_sum_kernel
 // CHECK: .visible .entry row_sum_kernel(
 // CHECK-LABEL: gpu.binary "row_sum_kernel_0"
 // CHECK: .visible .entry row_sum_kernel(
-// CHECK: ld.global.b32
-// CHECK: add.rn.f32
+// CHECK: ld.global.v2.b32
+// CHECK-COUNT-2: add.rn.f32
 // CHECK-COUNT-4: shfl.sync.bfly.b32
 // CHECK-NOT: shfl.sync.bfly.b32
 // CHECK: ld.global.b32
