@@ -9,6 +9,7 @@
 # Carry the artifacts the stage needs (run's `carry`): bench/artifacts/tinymoe196m for speed
 # and workloads, bench/artifacts/bf16probe for numerics; build them here first:
 #   python bench/tinymoe196m_build.py --builds b2-bf16,b32-bf16,$AB_BUILDS,b32-bf16-looped,b2-bf16-every16
+# (AB_BUILDS: the b2-bf16-<switches> and b32-bf16-<switches> of each latch-<switches> in AB)
 #   LATCH_CACHE=0 python bench/bf16_probe_build.py
 # Each stage fits one call (600 s): the scripts' own budgets stop them in time, and every
 # result is written by the script itself to bench/results/ and to $OUT (do not copy other
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=.:tests/py:bench
 export LATCH_COMMIT="${LATCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 : "${OUT:=bench/results}"
-: "${AB:=latch-widelanes-arangebuffers-stridedsums-serialsums}"
+: "${AB:=latch-splitloss,latch-stridedsums}"
 ART=bench/artifacts/tinymoe196m
 stage="${1:-speed}"
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
