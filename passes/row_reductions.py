@@ -370,16 +370,20 @@ def _split(linear, loops, ranges, dims) -> None:
         stride *= ranges[d]
 
 
+def _body_ops(op, info) -> list:
+    """The body ops of row reduction ``op`` that each element runs (``info.skip`` aside)."""
+    skip = set(info.skip)
+    body_ops = [o for o in (_op(x) for x in op.regions[0].blocks[0].operations)][:-1]
+    return [o for o in body_ops if o not in skip]
+
+
 def _element_fn(op, info, dims):
     """A function (reduction index value k, partial) -> new partial that emits the body at
     the parallel indices already in ``dims`` and reduction element ``k`` (the last
     reduction loop fastest)."""
-    operands = list(op.operands)
-    ins = operands[:-1]
+    ins = list(op.operands)[:-1]
     block = op.regions[0].blocks[0]
-    skip = set(info.skip)
-    body_ops = [o for o in (_op(x) for x in block.operations)][:-1]
-    body_ops = [o for o in body_ops if o not in skip]
+    body_ops = _body_ops(op, info)
 
     def element(k, partial):
         here = list(dims)
@@ -398,35 +402,22 @@ def _chunk_fn(op, info, dims, v: int):
     multiple of ``v``; :func:`latch.passes.vector_lanes.chunk_width` holds for the last
     reduction loop): the inputs read along that loop as one vector load each, the others
     once, the elements combined in order."""
-    from mlir import ir
+    from latch.passes.vector_lanes import lane_of, load_chunk, read_along
 
-    operands = list(op.operands)
-    ins = operands[:-1]
+    ins = list(op.operands)[:-1]
     block = op.regions[0].blocks[0]
-    skip = set(info.skip)
-    body_ops = [o for o in (_op(x) for x in block.operations)][:-1]
-    body_ops = [o for o in body_ops if o not in skip]
-    last = f"d{info.red[-1]}"
-    along = {j for j, (x, m) in enumerate(zip(ins, info.maps))
-             if isinstance(x.type, ir.MemRefType) and [str(e) for e in m.results][-1:] == [last]}
+    body_ops = _body_ops(op, info)
+    along = read_along(ins, info.maps, f"d{info.red[-1]}")
 
     def chunk(k, partial):
         here = list(dims)
         _split(k, info.red[::-1], info.ranges, here)
-        shared, vectors = {}, {}
+        shared = {}
         load_inputs(block, ins, info.maps, here, shared, only=set(range(len(ins))) - along)
-        for j in sorted(along):
-            elt = ir.MemRefType(ins[j].type).element_type
-            vectors[block.arguments[j]] = ir.Operation.create(
-                "vector.load", [ir.VectorType.get([v], elt)], [ins[j]] + indices(info.maps[j], here),
-                attributes={"alignment": ir.IntegerAttr.get(
-                    ir.IntegerType.get_signless(64), v * element_bits(elt) // 8)}).result
+        vectors = load_chunk(block, ins, info.maps, here, v, along)
         for u in range(v):
             mapping = dict(shared)
-            for arg, vec in vectors.items():
-                mapping[arg] = ir.Operation.create(
-                    "vector.extract", [arg.type], [vec],
-                    attributes={"static_position": ir.DenseI64ArrayAttr.get([u])}).result
+            mapping.update(lane_of(vectors, u))
             mapping[info.acc] = partial
             clone_body_ops(body_ops, mapping, here)
             partial = mapping[info.comb.results[0]]

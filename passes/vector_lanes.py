@@ -172,6 +172,46 @@ def chunk_width(op, maps, ranges, last: int) -> int:
     return v
 
 
+def read_along(ins, maps, last: str) -> set:
+    """Positions of the buffers among ``ins`` read along loop ``last`` (``"d<n>"``: their
+    map's last result)."""
+    from mlir import ir
+
+    return {j for j, (v, m) in enumerate(zip(ins, maps))
+            if isinstance(v.type, ir.MemRefType) and [str(e) for e in m.results][-1:] == [last]}
+
+
+def load_chunk(block, ins, maps, dims, lanes: int, along: set):
+    """The inputs ``ins[j]``, ``j`` in ``along`` (:func:`read_along`; :func:`chunk_width`
+    holds), as one ``vector.load`` of ``lanes`` elements each at the loop indices ``dims``
+    (the chunk's first element): {body argument: vector}."""
+    from mlir import ir
+
+    from latch.passes.base import element_bits
+    from latch.passes.generic_body import indices
+
+    vectors = {}
+    for j in sorted(along):
+        v, m = ins[j], maps[j]
+        elt = ir.MemRefType(v.type).element_type
+        vectors[block.arguments[j]] = ir.Operation.create(
+            "vector.load", [ir.VectorType.get([lanes], elt)], [v] + indices(m, dims),
+            attributes={"alignment": ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), lanes * element_bits(elt) // 8)}).result
+    return vectors
+
+
+def lane_of(vectors: dict, u: int) -> dict:
+    """{body argument: element ``u`` of its vector} (``vector.extract``) for
+    :func:`load_chunk`'s vectors."""
+    from mlir import ir
+
+    return {arg: ir.Operation.create(
+        "vector.extract", [arg.type], [vec],
+        attributes={"static_position": ir.DenseI64ArrayAttr.get([u])}).result
+        for arg, vec in vectors.items()}
+
+
 class LaneEmitter:
     """Emits the body ``ops`` for one vector of ``v`` lanes at the current insertion point:
     ``mapping`` maps the fastest loop's index to the first lane's (a multiple of ``v``) and

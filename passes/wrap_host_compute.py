@@ -64,10 +64,9 @@ from __future__ import annotations
 import dataclasses
 
 from latch.errors import PassError
-from latch.passes.base import (ModulePass, defining_op, element_bits, function_definitions,
-                               operation as _op)
+from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
-                                       index_constant, indices, load_inputs, loop_ranges)
+                                       index_constant, load_inputs, loop_ranges)
 from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
@@ -1167,27 +1166,17 @@ def _chunk_at(block, acc, add, ins, maps, ranges, first, partial, lanes: int):
     """:func:`_body_at` for the ``lanes`` consecutive elements from the linear index
     ``first`` (a multiple of ``lanes``; :func:`_chunk_lanes` holds): the inputs read along the
     last loop as one vector each, the others once; the elements added in order."""
-    from mlir import ir
+    from latch.passes.vector_lanes import lane_of, load_chunk, read_along
 
     dims = [None] * len(ranges)
     delinearize(first, list(range(len(ranges)))[::-1], ranges, dims)
-    last = f"d{len(ranges) - 1}"
-    along = {j for j, (v, m) in enumerate(zip(ins, maps))
-             if isinstance(v.type, ir.MemRefType) and [str(e) for e in m.results][-1:] == [last]}
-    shared, vectors = {}, {}
+    along = read_along(ins, maps, f"d{len(ranges) - 1}")
+    shared = {}
     load_inputs(block, ins, maps, dims, shared, only=set(range(len(ins))) - along)
-    for j in sorted(along):
-        elt = ir.MemRefType(ins[j].type).element_type
-        vectors[block.arguments[j]] = ir.Operation.create(
-            "vector.load", [ir.VectorType.get([lanes], elt)], [ins[j]] + indices(maps[j], dims),
-            attributes={"alignment": ir.IntegerAttr.get(
-                ir.IntegerType.get_signless(64), lanes * element_bits(elt) // 8)}).result
+    vectors = load_chunk(block, ins, maps, dims, lanes, along)
     for j in range(lanes):
         mapping = dict(shared)
-        for arg, vec in vectors.items():
-            mapping[arg] = ir.Operation.create(
-                "vector.extract", [arg.type], [vec],
-                attributes={"static_position": ir.DenseI64ArrayAttr.get([j])}).result
+        mapping.update(lane_of(vectors, j))
         mapping[acc] = partial
         clone_body_ops([_op(o) for o in block.operations][:-1], mapping, dims)
         partial = mapping[add.results[0]]
