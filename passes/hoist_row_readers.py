@@ -16,24 +16,25 @@ once from memory.
 Rewritten: for each all-parallel ``linalg.generic`` R whose operands include the result of
 a *row sum of exponentials* P (a generic with parallel and reduction loops, at least
 ``min-row`` reduction elements an output, ``exp`` and ``addf`` in its body) over an input
-``x`` that R reads too and the result of a row maximum P0 over ``x``: the ops after the row max P0 that R depends on (its operands' producers,
-transitively; the max and the sum aside) move in front of P0, and R moves right after P.
-Only tensor ops with no side effects move (``linalg`` ops whose bodies have none but
-bounds checks, ``tensor`` ops, constants); nothing moves when a moved op would need the max
-or the sum, or when R is already next to P.  Values keep their
-meaning (tensor ops are pure); buffers live longer: R's output from P on, its
-producers' from P0 on — at TinyMoE both are the gradient (live across the loss's few small
-ops) and per-token vectors.
+``x`` that R reads too and the result of a row maximum P0 over ``x``: the ops after the row
+max P0 that R depends on (its operands' producers, transitively; the max and the sum aside)
+move in front of P0, and R moves right after P. Only tensor ops with no side effects move
+(``linalg`` ops whose bodies have none but bounds checks, ``tensor`` ops, constants);
+nothing moves when a moved op would need the max or the sum, or when R is already next to
+P.  Values keep their meaning (tensor ops are pure); buffers live longer: R's output from P
+on, its producers' from P0 on — at TinyMoE both are the gradient (live across the loss's
+few small ops) and per-token vectors.
 
 Option ``min-row`` (default 4096: the shortest row that gets a block of its own, the online
-softmax's; ``row_reductions._BLOCK_MIN``).  Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-hoist-row-readers)'``
+softmax's; ``row_reductions._BLOCK_MIN``).  Example: ``latch-opt f.mlir
+--pass-pipeline='builtin.module(latch-hoist-row-readers)'``
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
 from latch.passes.generic_body import loop_ranges, segments
 
 #: ops that may move (pure on tensors); linalg ops are checked for side effects in bodies
@@ -60,7 +61,7 @@ def _row_reduction(op, min_row: int) -> bool:
     if op.name != "linalg.generic" or len(op.results) != 1:
         return False
     its = _iterators(op)
-    if "parallel" not in " ".join(its) or not any("reduction" in a for a in its):
+    if not any("parallel" in a for a in its) or not any("reduction" in a for a in its):
         return False
     _, ranges = loop_ranges(op)
     if ranges is None or any(r is None for r in ranges):
@@ -114,10 +115,10 @@ def _pure(op) -> bool:
 
 
 def _defining_index(v, position: dict):
-    owner = v.owner
-    if hasattr(owner, "arguments"):
-        return None
-    return position.get(_op(owner))
+    """Position of the op defining ``v`` in the block (None: a block argument or an op of
+    another block)."""
+    op = defining_op(v)
+    return None if op is None else position.get(op)
 
 
 def hoist_one(block, min_row: int, done: set) -> bool:

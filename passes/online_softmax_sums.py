@@ -34,6 +34,7 @@ from latch.passes.generic_body import (clone_body_ops, compare, index_constant, 
                                        indices, load_inputs, loop_ranges, segments)
 from latch.passes.row_reductions import (_BLOCK as _THREADS, _BLOCK_MIN, _split,
                                          block_all_reduce, match_row_reduction)
+from latch.passes.vector_lanes import _aligned, lane_of, load_chunk
 
 _CHUNK = 8
 #: chunks a thread keeps in registers when a reader is finished in the launch (the row is
@@ -45,6 +46,8 @@ def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True) ->
     """Rewrite each matching (row max, row sum of exponentials) pair in ``body`` (with
     ``chunks``, reading consecutive elements where the input allows; with ``readers``,
     finishing the elementwise reader that follows the pair in the same launch)."""
+    from mlir import ir
+
     from latch.passes.buffer_views import hoist_definition
 
     n = 0
@@ -62,13 +65,13 @@ def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True) ->
         j = _partner(ops, i, first, widen)
         if j is None:
             continue
-        k = _reader(ops, i, j, first) if readers else None
+        k, perm = _reader(ops, i, j, first) if readers else (None, None)
         reader = ops[k] if k is not None else None
         if reader is not None:
             for v in reader.operands:
-                if isinstance(v.type, _memref_type()):
+                if isinstance(v.type, ir.MemRefType):
                     hoist_definition(v, ops[j])
-        _emit(op, ops[j], first, widen, chunks, reader)
+        _emit(op, ops[j], first, widen, chunks, reader, perm)
         op.erase()
         ops[j].erase()
         gone.add(j)
@@ -79,24 +82,19 @@ def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True) ->
     return n
 
 
-def _memref_type():
-    from mlir import ir
-
-    return ir.MemRefType
-
-
 def _reader(ops, i, j, info):
-    """The position in ``ops`` of the op that the launch of the pair (R1, R2 = ``ops[j]``)
-    can finish, or None: the next op (views, allocations and constants aside) is an
-    all-parallel generic with one output that reads ``x`` through R1's map up to an order of
-    its loops (:func:`loop_correspondence`: the same loops, numbered otherwise), a body of
-    scalar ``arith``/``math`` code (``linalg.index`` too), not reading its output; it reads
-    R1's and R2's outputs, if at all, as those buffers with their own output maps (each
-    element is then the total of the row its block computes); its output is an allocation
-    (or views of one) sharing no bytes with anything R1, R2 or it reads; and each buffer it
-    uses can move in front of R2 (views of an allocation defined before, or between, alone).
-    The block of a row then computes the reader's elements of that row (R1's loop indices
-    ``(row, k)``, the same split, renumbered) after its totals."""
+    """(position in ``ops``, :func:`loop_correspondence`) of the op that the launch of the
+    pair (R1, R2 = ``ops[j]``) can finish, or (None, None): the next op (views, allocations
+    and constants aside) is an all-parallel generic with one output that reads ``x``
+    through R1's map up to an order of its loops (:func:`loop_correspondence`: the same
+    loops, numbered otherwise), a body of scalar ``arith``/``math`` code (``linalg.index``
+    too), not reading its output; it reads R1's and R2's outputs, if at all, as those
+    buffers with their own output maps (each element is then the total of the row its block
+    computes); its output is an allocation (or views of one) sharing no bytes with anything
+    R1, R2 or it reads; and each buffer it uses can move in front of R2 (views of an
+    allocation defined before, or between, alone). The block of a row then computes the
+    reader's elements of that row (R1's loop indices ``(row, k)``, the same split,
+    renumbered) after its totals."""
     from mlir import ir
 
     from latch.passes.buffer_views import (arena_span, defined_by_views, memrefs_used,
@@ -105,24 +103,24 @@ def _reader(ops, i, j, info):
     r1, r2 = ops[i], ops[j]
     k = next_memory_op(ops, j)
     if k is None:
-        return None
+        return None, None
     fin = ops[k]
     if fin.name != "linalg.generic" or fin.results or segments(fin)[1] != 1 or \
             any("parallel" not in str(t)
                 for t in ir.ArrayAttr(fin.attributes["iterator_types"])):
-        return None
+        return None, None
     n_in = segments(fin)[0]
     perm = loop_correspondence(fin, r1.operands[0], info)
     if perm is None:
-        return None
+        return None, None
     block = fin.regions[0].blocks[0]
     if any(True for _ in block.arguments[n_in].uses):
-        return None
+        return None, None
     for inner in list(block.operations):
         inner = _op(inner)
         if inner.regions or not inner.name.startswith(
                 ("arith.", "math.", "linalg.index", "linalg.yield")):
-            return None
+            return None, None
     maps = indexing_maps(fin)
     m_out, s_out = r1.operands[1], r2.operands[2]
     s_map = indexing_maps(r2)[-1]
@@ -131,19 +129,19 @@ def _reader(ops, i, j, info):
             continue
         if root(v) == root(m_out) and not (v == m_out and
                                             _translate(mp, perm) == info.maps[-1]):
-            return None
+            return None, None
         if root(v) == root(s_out) and not (v == s_out and _translate(mp, perm) == s_map):
-            return None
+            return None, None
     out = fin.operands[n_in]
     if not all(defined_by_views(v, ops[j + 1:k]) for v in fin.operands
                if isinstance(v.type, ir.MemRefType)):
-        return None
+        return None, None
     span = arena_span(out)
     for v in memrefs_used(r1) + memrefs_used(r2) + list(fin.operands)[:n_in]:
         if isinstance(v.type, ir.MemRefType) and \
                 (root(v) == root(out) or slots_overlap(span, arena_span(v))):
-            return None
-    return k
+            return None, None
+    return k, perm
 
 
 def loop_correspondence(fin, x, info):
@@ -264,7 +262,7 @@ def _is_sum_below(op, info, first, x, m, widen) -> bool:
         info.comb == body[-1] and isinstance(e.type, ir.F32Type)
 
 
-def _emit(r1, r2, info, widen, chunks: bool = True, reader=None) -> None:
+def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -331,16 +329,10 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None) -> None:
                 return [value(offset(base, u)) for u in range(_CHUNK)]
             here = list(dims)
             _split(base, red[::-1], ranges, here)
-            elt = ir.MemRefType(x.type).element_type
-            vec = ir.Operation.create(
-                "vector.load", [ir.VectorType.get([_CHUNK], elt)],
-                [x] + indices(info.maps[0], here),
-                attributes={"alignment": ir.IntegerAttr.get(
-                    ir.IntegerType.get_signless(64), _CHUNK * element_bits(elt) // 8)}).result
+            vectors = load_chunk(block, [x], info.maps[:1], here, _CHUNK, {0})
             out = []
             for u in range(_CHUNK):
-                v = ir.Operation.create("vector.extract", [elt], [vec], attributes={
-                    "static_position": ir.DenseI64ArrayAttr.get([u])}).result
+                v = lane_of(vectors, u)[block.arguments[0]]
                 out.append((v, widened(v)))
             return out
 
@@ -401,7 +393,7 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None) -> None:
             ir.Operation.create("memref.store", [], [s_fin, s_out] + where_s)
             scf.YieldOp([])
         if reader is not None:
-            finish = _ReaderEmitter(reader, info, dims, x, {m_out: m_fin, s_out: s_fin},
+            finish = _ReaderEmitter(reader, perm, info, dims, x, {m_out: m_fin, s_out: s_fin},
                                     {m_out: info.maps[-1], s_out: s_map}, held, contiguous)
             if held:
                 for j, c in enumerate(kept):
@@ -421,8 +413,8 @@ class _ReaderEmitter:
     the thread's registers when ``held``, the rest is loaded per element; the chunk's
     results are stored as one vector where they are consecutive in the output."""
 
-    def __init__(self, reader, info, dims, x, totals: dict, total_maps: dict, held: bool,
-                 contiguous: bool):
+    def __init__(self, reader, perm, info, dims, x, totals: dict, total_maps: dict,
+                 held: bool, contiguous: bool):
         from mlir import ir
 
         self.info, self.dims = info, dims
@@ -432,7 +424,7 @@ class _ReaderEmitter:
         self.maps = indexing_maps(reader)
         self.ins = list(reader.operands)[:self.n_in]
         self.out = reader.operands[self.n_in]
-        self.perm = loop_correspondence(reader, x, info)
+        self.perm = perm                            # the reader's loop i is R1's perm[i]
         self.fixed, self.x_args, self.per_element = {}, [], []
         for q, (v, mp) in enumerate(zip(self.ins, self.maps)):
             arg = self.block.arguments[q]
@@ -507,8 +499,6 @@ def _contiguous_along(v, m, info) -> bool:
     """Whether ``_CHUNK`` consecutive reduction elements are ``_CHUNK`` consecutive, aligned
     elements of buffer ``v`` read through map ``m``."""
     from mlir import ir
-
-    from latch.passes.vector_lanes import _aligned
 
     last = info.red[-1]
     results = [str(e) for e in m.results]

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import ModulePass, function_definitions, int_constant, operation as _op
+from latch.passes.base import (ModulePass, defining_op, function_definitions, int_constant,
+                               operation as _op)
 from latch.passes.fixed_point_scatter import _int as const
 from latch.passes.generic_body import clone_body_ops
 from latch.passes.unroll_kernel_loops import trip_count
@@ -67,8 +68,7 @@ def _integer_sum(loop, min_trips: int, chains: int):
     term = ops[-1]
     if term.name != "scf.yield" or len(term.operands) != 1:
         return None
-    comb = term.operands[0].owner
-    comb = _op(comb) if not hasattr(comb, "arguments") else None
+    comb = defining_op(term.operands[0])
     if comb is None or comb.name not in _IDENTITY or acc not in list(comb.operands) or \
             list(comb.operands).count(acc) != 1:
         return None

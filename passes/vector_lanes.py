@@ -15,11 +15,11 @@ value that does not vary is broadcast.
 ``V`` is set by the **narrowest** element accessed (``narrow=True``, the default): its
 accesses move 16 bytes, wider ones ``V * bytes`` in up to four 16-byte pieces (LLVM splits
 the vector), at most 8 lanes when the widths differ (an i8 mask beside f32 data: 8 bytes of
-the mask, not 16 lanes of body copies) — a cross-entropy gradient over bf16 logits that also reads an i64 vocabulary
-index (TinyMoE B32's largest elementwise kernel, 4.3 GB) moved its logits 4 bytes an
-access when ``V`` was set by the widest element (8 bytes: ``V = 2``), and the bf16 tensors
-of a bf16/f32 kernel 8 bytes (``V = 4``).  ``narrow=False`` keeps that older rule (every
-access at most 16 bytes).
+the mask, not 16 lanes of body copies) — a cross-entropy gradient over bf16 logits that
+also reads an i64 vocabulary index (TinyMoE B32's largest elementwise kernel, 4.3 GB) moved
+its logits 4 bytes an access when ``V`` was set by the widest element (8 bytes: ``V = 2``),
+and the bf16 tensors of a bf16/f32 kernel 8 bytes (``V = 4``).  ``narrow=False`` keeps that
+older rule (every access at most 16 bytes).
 
 The fastest loop's index may also be used as a value (an ``arange`` recomputed in its
 reader: ``[t == v]`` of a one-hot): lane ``j`` takes the first lane's index plus ``j``.

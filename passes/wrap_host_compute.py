@@ -23,7 +23,7 @@ the return:
   (default 256; 0 turns this off): each thread sums a strided slice of the iteration space
   in a register — chunks of ``V`` consecutive elements, one 16-byte vector load of each input
   a chunk, where the last loop walks every input's contiguous last dimension in whole
-  aligned chunks (:func:`_chunk_lanes`) —, ``gpu.all_reduce add`` combines the partial sums
+  aligned chunks (:func:`~latch.passes.vector_lanes.chunk_width`) —, ``gpu.all_reduce add`` combines the partial sums
   (shuffles + shared memory after NVVM lowering) and thread 0 adds the total to the output.  Other reductions without
   a parallel dimension take the serial path below.
 * A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
@@ -72,6 +72,7 @@ from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
 from latch.passes.online_softmax_sums import fuse_online_softmax_sums
 from latch.passes.row_reductions import cooperative_row_reductions
+from latch.passes.vector_lanes import chunk_width, lane_of, load_chunk, read_along
 
 # ops that stay on the host as they are
 _HOST_OK = {"arith.constant", "memref.alloc", "memref.alloca", "memref.dealloc",
@@ -1032,14 +1033,6 @@ def _parallel_full_reductions(body, threads: int, chunks: bool = True) -> None:
         op.erase()
 
 
-def _chunk_lanes(op, maps, ranges) -> int:
-    """Consecutive elements ``V`` a thread of a full sum takes at once along the last loop
-    (:func:`latch.passes.vector_lanes.chunk_width`)."""
-    from latch.passes.vector_lanes import chunk_width
-
-    return chunk_width(op, maps, ranges, len(ranges) - 1)
-
-
 def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = True) -> None:
     """Replace a sum reduction by ``gpu.launch``es of ``threads``-thread blocks: each thread
     sums a strided slice of the iteration space in a register and ``gpu.all_reduce add``
@@ -1059,7 +1052,7 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = 
         total_iters *= r
     blocks = 1 if total_iters <= _ONE_BLOCK_ITEMS else \
         min(_MAX_BLOCKS, -(-total_iters // _ITEMS_PER_BLOCK))
-    lanes = _chunk_lanes(op, maps, ranges) if chunks else 1
+    lanes = chunk_width(op, maps, ranges, len(ranges) - 1) if chunks else 1
     with op.location:
         if blocks == 1:
             with ir.InsertionPoint(op):
@@ -1086,7 +1079,7 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = 
 #: at 64 a thread (16384 a block), TinyMoE B32's global-norm partial sums of a 6.3M-element
 #: bf16 expert gradient took 31 us a launch (0.4 TB/s), 24 launches an update; at 8 a
 #: thread, 19 us (0.65 TB/s: still 8 dependent 2-byte loads a thread), which chunks
-#: (:func:`_chunk_lanes`: the 8 as one 16-byte load) shorten to one load.
+#: (:func:`~latch.passes.vector_lanes.chunk_width`: the 8 as one 16-byte load) shorten to one load.
 #: A sum of at most ``_ONE_BLOCK_ITEMS`` (16 a thread) stays one launch of one block: a
 #: second launch to combine the partials would cost about what it saves.
 _ITEMS_PER_BLOCK = 2048
@@ -1163,11 +1156,10 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
 
 
 def _chunk_at(block, acc, add, ins, maps, ranges, first, partial, lanes: int):
-    """:func:`_body_at` for the ``lanes`` consecutive elements from the linear index
-    ``first`` (a multiple of ``lanes``; :func:`_chunk_lanes` holds): the inputs read along the
-    last loop as one vector each, the others once; the elements added in order."""
-    from latch.passes.vector_lanes import lane_of, load_chunk, read_along
-
+    """:func:`_body_at` for the ``lanes`` consecutive elements from the linear index ``first``
+    (a multiple of ``lanes``; :func:`~latch.passes.vector_lanes.chunk_width` holds): the
+    inputs read along the last loop as one vector each, the others once; the elements added
+    in order."""
     dims = [None] * len(ranges)
     delinearize(first, list(range(len(ranges)))[::-1], ranges, dims)
     along = read_along(ins, maps, f"d{len(ranges) - 1}")
