@@ -31,7 +31,8 @@ pipeline), ``-stridedsums`` the loss's row max and sum of exponentials, the full
 row reductions reading one element a load (``latch-wrap-host-compute{chunks=false}``), ``-serialsums``
 a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``), ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
-``latch-hoist-row-readers``) — the same
+``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
+each at the start of every update instead of carried as state (no ``latch-carry-casts``) — the same
 workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
@@ -81,6 +82,7 @@ OFF_SWITCHES = {
     "stridedsums": ("latch-form-kernels", "latch-wrap-host-compute", "chunks=false"),
     "serialsums": ("latch-form-kernels", "latch-split-integer-sums", "chains=1"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
+    "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
 }
 
 

@@ -53,8 +53,9 @@ def _layout_of_program(program) -> list[dict]:
     slots = getattr(program, "states_spec", None)
     if slots is None:
         slots = program.manifest["states"]
+    # a parameter's rounded copy (kind "copy") is not saved: loading the parameter remakes it
     return [{"name": s["name"], "kind": s.get("kind"), "shape": [int(d) for d in s["shape"]],
-             "dtype": s["dtype"]} for s in slots]
+             "dtype": s["dtype"]} for s in slots if s.get("kind") != "copy"]
 
 
 def _layout_of_state(state) -> list[dict]:

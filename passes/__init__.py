@@ -42,6 +42,7 @@ PASSES: dict[str, str] = {
     "latch-materialize-product-factors": "product_factors:MaterializeProductFactors",
     "latch-fuse-siblings": "fuse_siblings:FuseSiblings",
     "latch-hoist-row-readers": "hoist_row_readers:HoistRowReaders",
+    "latch-carry-casts": "carry_casts:CarryCasts",
     "latch-fuse-rows": "fuse_rows:FuseRows",
 }
 

@@ -126,6 +126,8 @@ def _abi(func_op, n_args: int, n_results: int) -> tuple[list[dict], int]:
         d = ir.DictAttr(s)
         states.append({"name": ir.StringAttr(d["name"]).value,
                        "kind": ir.StringAttr(d["kind"]).value})
+        if "of" in d:               # a parameter's rounded copy (latch-carry-casts)
+            states[-1]["of"] = ir.StringAttr(d["of"]).value
     num_inputs = ir.IntegerAttr(abi["num_inputs"]).value
     if len(states) + num_inputs != n_args:
         raise LatchError(f"latch.abi says {len(states)} states + {num_inputs} inputs, the "

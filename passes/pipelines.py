@@ -51,7 +51,9 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         "gradient buckets of data-parallel programs reduced as soon as they are "
         "final; results only copied into a part of another buffer written there) and the "
         "static memory plan",
-        ("func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops, "
+        (# the parameters' bf16 copies kept as state, written by the optimizer
+         "latch-carry-casts",
+         "func.func(convert-elementwise-to-linalg, linalg-generalize-named-ops, "
          "linalg-fold-unit-extent-dims)",
          # twice: a mask fused with its 0/1 conversion and transpose can have readers again
          "latch-rematerialize-masks", "latch-recompute-elementwise",

@@ -164,7 +164,13 @@ class CudaProgram:
         self.states_spec = manifest["states"]
         self.inputs_spec = manifest["inputs"]
         self.outputs_spec = manifest["outputs"]
-        self.state_names = [s["name"] for s in self.states_spec]
+        # a parameter's rounded copy (kind "copy", latch-carry-casts) is state the program
+        # keeps for itself: not in state_dict() or checkpoints, recomputed from its
+        # parameter whenever that is loaded
+        self.state_names = [s["name"] for s in self.states_spec if s.get("kind") != "copy"]
+        index = {s["name"]: k for k, s in enumerate(self.states_spec)}
+        self.copies_of = {k: index[s["of"]] for k, s in enumerate(self.states_spec)
+                          if s.get("kind") == "copy"}
         if use_graph is None:
             use_graph = os.environ.get("LATCH_CUDA_GRAPH", "1") != "0"
         self.use_graph = use_graph
@@ -312,8 +318,21 @@ class CudaProgram:
         return b.view()
 
     def state_dict(self) -> dict:
-        """{name: a copy of the state as a torch tensor on the program's GPU}."""
-        return {n: t.clone() for n, t in self.state_views().items()}
+        """{name: a copy of the state as a torch tensor on the program's GPU} (the
+        parameters' rounded copies left out: they follow from the parameters)."""
+        views = self.state_views()
+        return {n: views[n].clone() for n in self.state_names}
+
+    def _refresh_copies(self, sources=None) -> None:
+        """Recompute the rounded copies of the parameters ``sources`` (state indices; all
+        when None) from their live values: ``Tensor.to`` rounds to nearest even, as the
+        optimizer kernels' ``truncf`` does."""
+        if not self.copies_of:
+            return
+        views = self.state_views()
+        for k, src in self.copies_of.items():
+            if sources is None or src in sources:
+                views[self.states_spec[k]["name"]].copy_(views[self.states_spec[src]["name"]])
 
     def load_state(self, values: dict, strict: bool = False) -> None:
         """Copy tensors into the named states (others keep their values)."""
@@ -333,6 +352,8 @@ class CudaProgram:
                 raise LatchError(f"state '{name}': shape {tuple(value.shape)}, the program "
                                  f"expects {tuple(view.shape)}")
             view.copy_(value.to(device=view.device, dtype=view.dtype))
+        self._refresh_copies({k for k, sp in enumerate(self.states_spec)
+                              if sp["name"] in values})
         torch.cuda.synchronize(self.torch_device)
 
     def input_views(self) -> list:
@@ -370,6 +391,8 @@ class CudaProgram:
         named = dict(model.named_parameters())
         values = {}
         for spec in self.states_spec:
+            if spec.get("kind") == "copy":       # made from its parameter by load_state
+                continue
             if spec.get("kind") == "param":
                 if spec["name"] not in named:
                     raise LatchError(f"the model has no parameter {spec['name']!r}; init() "
@@ -389,6 +412,7 @@ class CudaProgram:
         self.variants[0].collectives.broadcast_from_rank0(
             [self._live_view(k) for k, b in enumerate(self.state_buffers)
              if b.spec.get("kind") == "param"])
+        self._refresh_copies()
         return state
 
     def _activate(self, state: "CudaTrainingState", force: bool = False) -> None:
@@ -703,10 +727,10 @@ class CudaTrainingState:
     def tensors(self, kind: str | None = None) -> dict:
         t = self._tensors()
         return {s["name"]: t[s["name"]] for s in self.program.states_spec
-                if kind is None or s.get("kind") == kind}
+                if s["name"] in t and (kind is None or s.get("kind") == kind)}
 
     def __repr__(self) -> str:
-        return f"CudaTrainingState(step={self.step}, {len(self.program.states_spec)} tensors)"
+        return f"CudaTrainingState(step={self.step}, {len(self.program.state_names)} tensors)"
 
 
 def resolve_location(loc: dict, arena, buffers: dict) -> int:

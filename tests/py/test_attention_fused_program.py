@@ -65,9 +65,19 @@ def _update(model, x, y, attention, dump, monkeypatch, precision="bf16", form=FO
         params = [p.detach().double().numpy().copy() for p in model.parameters()]
         inputs = [t.numpy() if not t.is_floating_point() else t.double().numpy()
                   for t in (x, y)]                      # token ids stay integers
-        res = Simt(m).run(params + [np.array(0, np.int64)] + inputs, func="update")
+        res = Simt(m).run(_states(model, prog.manifest) + inputs, func="update")
     new = [torch.as_tensor(np.asarray(r, np.float64)) for r in res[:len(params)]]
     return new, float(np.asarray(res[-1])), launches, text, prog.report()
+
+
+def _states(model, manifest) -> list:
+    """The initial state arguments of the update, in the manifest's order: the parameters,
+    their carried bf16 copies (Simt rounds the parameter's values to the argument's type),
+    zero counters and moments."""
+    named = {n: p.detach().double().numpy().copy() for n, p in model.named_parameters()}
+    return [named[s.get("of", s["name"])] if s["kind"] in ("param", "copy") else
+            np.zeros(s["shape"], np.int64 if s["dtype"] == "i64" else np.float64)
+            for s in manifest["states"]]
 
 
 def test_fused_update_matches_float64_like_the_decomposed_one(tmp_path, monkeypatch):
