@@ -107,19 +107,37 @@ LATCH_ENGINES = {"latch": "", "latch-math": "-math", "latch-flash": "-flash",
                  "latch-fused": "-fused", "latch-det": "-det"}
 
 
+# runtime switches: ``latch-<switch>`` engines that run the same build as ``latch`` with
+# the runtime's environment changed (the A/B of a runtime step); combinable with
+# OFF_SWITCHES, e.g. ``latch-castsperstep-greedystreams``
+RUNTIME_SWITCHES = {"greedystreams": {"LATCH_STREAM_PLAN": "greedy"}}
+
+
 def latch_suffix(engine: str) -> str | None:
     """The build suffix of a Latch engine: LATCH_ENGINES', or for ``latch-<switches>``
     (``-`` separated bench/tinymoe196m_build.py OFF_SWITCHES, e.g. ``latch-padded`` or
     ``latch-padded-gridorder``: the build with those steps off, the A/B of a compiler step
-    side by side with ``latch``) ``-<switches>``; None for other engines."""
+    side by side with ``latch``; and RUNTIME_SWITCHES) ``-<switches>`` of the build;
+    None for other engines."""
     from tinymoe196m_build import OFF_SWITCHES
 
     if engine in LATCH_ENGINES:
         return LATCH_ENGINES[engine]
     parts = engine.split("-")
-    if parts[0] == "latch" and len(parts) > 1 and all(w in OFF_SWITCHES for w in parts[1:]):
-        return "-" + "-".join(parts[1:])
+    if parts[0] == "latch" and len(parts) > 1 and \
+            all(w in OFF_SWITCHES or w in RUNTIME_SWITCHES for w in parts[1:]):
+        built = [w for w in parts[1:] if w in OFF_SWITCHES]
+        return "-" + "-".join(built) if built else ""
     return None
+
+
+def runtime_env(engine: str) -> dict:
+    """The environment a Latch engine's RUNTIME_SWITCHES set."""
+    env = {}
+    if latch_suffix(engine) is not None:
+        for w in engine.split("-")[1:]:
+            env.update(RUNTIME_SWITCHES.get(w, {}))
+    return env
 
 
 def build_name(batch: int, looped: bool, suffix: str = "") -> str:
@@ -135,7 +153,7 @@ def run_latch(batch, idx, tgt, model, args, looped=False, suffix="") -> dict:
     prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped, suffix)}.latch"))
     d = prog.describe()
     out = {"launches": d["kernels"], "kernel_modules": d["modules"],
-           "arena_bytes": d["arena_bytes"]}
+           "arena_bytes": d["arena_bytes"], "streams": d.get("streams")}
 
     def curve():
         state = prog.init(model)
@@ -375,7 +393,8 @@ def main() -> int:
                                     f"{engine}:{wl}:{tmp}", "--iters", str(args.iters),
                                     "--curve-steps", str(args.curve_steps)] +
                                    (["--repeat-check"] if args.repeat_check else []),
-                                   capture_output=True, text=True, timeout=left)
+                                   capture_output=True, text=True, timeout=left,
+                                   env={**os.environ, **runtime_env(engine)})
                 res = json.load(open(tmp)) if os.path.exists(tmp) else \
                     {"failed": f"exit {r.returncode}",
                      "stderr": (r.stdout + r.stderr).strip().splitlines()[-12:]}

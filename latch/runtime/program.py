@@ -512,6 +512,8 @@ class CudaProgram:
                 "commit": (f"swap ({len(self.swap.slots)} states)" if self.swap.slots
                            else "copy"),
                 "dependent_launches": self.dependent_launches,
+                "streams": (f"{1 + len(self.side_streams)} ({streams.policy_wanted()})"
+                            if self.variants[0].plan is not None else "1"),
                 "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
                 "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
@@ -580,7 +582,8 @@ class _Variant:
         self.plan, self.events, self.fork = None, {}, None
         if prog.side_streams and after and all(a is not None for a in after) and \
                 not spec.get("collectives"):
-            self.plan = streams.plan(after, 1 + len(prog.side_streams))
+            self.plan = streams.plan(after, 1 + len(prog.side_streams),
+                                     streams.policy_wanted())
             self.events = {i: drv.Event(timing=False)
                            for i, r in enumerate(self.plan.record) if r}
             self.fork = drv.Event(timing=False)

@@ -4,9 +4,18 @@ runs kernels concurrently where the compiler found them independent.
 Each launch of a manifest may list ``after``: the earlier launches it must follow (for a
 byte it reads, the last launch that may have written it; for a byte it may write, that one
 and the launches that read it since; passes/launch_dependencies.py).  :func:`plan` puts the
-launches on ``streams`` streams (0 is the program's own stream): a launch continues the
-stream of its latest dependency when that dependency is the stream's last launch, else it
-takes the stream that has been idle longest; for every dependency on another stream it
+launches on ``streams`` streams (0 is the program's own stream).  ``policy="chains"``
+(the default): each launch names one *successor*, the dependent launch with the longest
+chain of launches after it (ties: the earliest), and a launch continues the stream of a
+dependency whose successor it is while that stream ends there (of several, the one with
+the longest chain before it); otherwise it takes, among
+the streams whose last launch has no successor still to come, the one idle longest (any
+idle-longest stream when none is free).  So the longest chains of the update — at B2 its
+critical path — stay on one stream, where consecutive kernels overlap their launches
+(programmatic dependent launch) instead of meeting across streams.  ``policy="greedy"``: a
+launch continues the stream of its latest dependency when that dependency is the stream's
+last launch, else it takes the stream that has been idle longest.  For every dependency on
+another stream it
 waits for that launch's event first (unless the stream is already ordered after a later
 launch of that stream).  The caller records each launch's event where ``record`` says, and
 at the end makes stream 0 wait for the last launch of every other stream, so the guard and
@@ -24,8 +33,20 @@ STREAMS = 8     # the program's stream and seven more (LATCH_STREAMS=1: one stre
                 # (tinymoe_bench-20261201T011847Z.json, …T013956Z.json, …T013911Z.json)
 
 
+POLICIES = ("chains", "greedy")
+
+
 def streams_wanted() -> int:
     return max(1, int(os.environ.get("LATCH_STREAMS", STREAMS)))
+
+
+def policy_wanted() -> str:
+    """``LATCH_STREAM_PLAN`` (default ``chains``)."""
+    policy = os.environ.get("LATCH_STREAM_PLAN", "chains")
+    if policy not in POLICIES:
+        from latch.errors import LatchError
+        raise LatchError(f"LATCH_STREAM_PLAN={policy!r}; expected one of {POLICIES}")
+    return policy
 
 
 @dataclasses.dataclass
@@ -37,17 +58,61 @@ class StreamPlan:
     used: list          # the other streams used (they wait for stream 0's start first)
 
 
-def plan(after: list, streams: int = STREAMS) -> StreamPlan:
+def successors(after: list) -> list:
+    """Per launch: the dependent launch with the longest chain of launches after it (ties:
+    the earliest), or None when nothing depends on it."""
     n = len(after)
-    stream, waits, record = [0] * n, [[] for _ in range(n)], [False] * n
-    tail = [None] * streams
-    seen = [[-1] * streams for _ in range(streams)]   # seen[s][x]: latest launch of x s follows
+    children = [[] for _ in range(n)]
     for i, deps in enumerate(after):
         if any(not 0 <= d < i for d in deps):
             raise ValueError(f"launch {i}: 'after' must list earlier launches, got {deps}")
-        s = next((stream[d] for d in sorted(deps, reverse=True) if tail[stream[d]] == d), None)
-        if s is None:
-            s = min(range(streams), key=lambda k: -1 if tail[k] is None else tail[k])
+        for d in deps:
+            children[d].append(i)
+    chain = [1] * n                       # launches on the longest chain starting here
+    for i in reversed(range(n)):
+        if children[i]:
+            chain[i] = 1 + max(chain[c] for c in children[i])
+    return [min(children[i], key=lambda c: (-chain[c], c)) if children[i] else None
+            for i in range(n)]
+
+
+def depths(after: list) -> list:
+    """Per launch: the launches on the longest chain that ends with it."""
+    depth = []
+    for deps in after:
+        depth.append(1 + max((depth[d] for d in deps), default=0))
+    return depth
+
+
+def plan(after: list, streams: int = STREAMS, policy: str = "chains") -> StreamPlan:
+    n = len(after)
+    if policy not in POLICIES:
+        raise ValueError(f"stream plan policy {policy!r}; expected one of {POLICIES}")
+    chains = policy == "chains"
+    succ = successors(after) if chains else None
+    depth = depths(after) if chains else None
+    stream, waits, record = [0] * n, [[] for _ in range(n)], [False] * n
+    tail = [None] * streams
+    seen = [[-1] * streams for _ in range(streams)]   # seen[s][x]: latest launch of x s follows
+
+    def idle_longest(candidates):
+        return min(candidates, key=lambda k: -1 if tail[k] is None else tail[k])
+
+    for i, deps in enumerate(after):
+        if any(not 0 <= d < i for d in deps):
+            raise ValueError(f"launch {i}: 'after' must list earlier launches, got {deps}")
+        if chains:
+            s = next((stream[d] for d in sorted(deps, key=lambda d: (-depth[d], -d))
+                      if tail[stream[d]] == d and succ[d] == i), None)
+            if s is None:        # streams whose last launch waits for no successor to come
+                free = [k for k in range(streams)
+                        if tail[k] is None or succ[tail[k]] is None or succ[tail[k]] < i]
+                s = idle_longest(free or range(streams))
+        else:
+            s = next((stream[d] for d in sorted(deps, reverse=True) if tail[stream[d]] == d),
+                     None)
+            if s is None:
+                s = idle_longest(range(streams))
         for d in sorted(deps, reverse=True):
             x = stream[d]
             if x != s and seen[s][x] < d:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from latch.passes.launch_dependencies import launch_dependencies
-from latch.runtime.streams import plan
+from latch.runtime.streams import plan, successors
 
 
 def _closure(n: int, edges: list) -> list:
@@ -70,12 +72,13 @@ def _random_dag(rng, n: int) -> list:
     return [sorted(rng.sample(range(i), rng.randint(0, min(i, 3)))) for i in range(n)]
 
 
-def test_stream_plan_keeps_every_dependency():
+@pytest.mark.parametrize("policy", ["chains", "greedy"])
+def test_stream_plan_keeps_every_dependency(policy):
     rng = random.Random(1)
     for streams in (1, 2, 4):
         for _ in range(200):
             after = _random_dag(rng, rng.randint(1, 40))
-            p = plan(after, streams)
+            p = plan(after, streams, policy)
             n = len(after)
             assert all(0 <= s < streams for s in p.stream)
             edges = []
@@ -95,12 +98,39 @@ def test_stream_plan_keeps_every_dependency():
             assert all(p.record[t] for t in p.tails)
 
 
-def test_independent_chains_go_on_different_streams():
+@pytest.mark.parametrize("policy", ["chains", "greedy"])
+def test_independent_chains_go_on_different_streams(policy):
     # two chains 0-2-4 and 1-3-5, then 6 joins them
-    p = plan([[], [], [0], [1], [2], [3], [4, 5]], 4)
+    p = plan([[], [], [0], [1], [2], [3], [4, 5]], 4, policy)
     assert p.stream[0] == p.stream[2] == p.stream[4]
     assert p.stream[1] == p.stream[3] == p.stream[5] != p.stream[0]
     assert len(p.waits[6]) == 1
+
+
+def test_the_longest_chain_stays_on_one_stream():
+    # 0 forks into a leaf (1, launched first) and the chain 2-3-4; 5 joins the leaf late
+    after = [[], [0], [0], [2], [3], [1, 4]]
+    assert successors(after) == [2, 5, 3, 4, 5, None]
+    greedy, chains = plan(after, 4, "greedy"), plan(after, 4, "chains")
+    assert greedy.stream[1] == greedy.stream[0] != greedy.stream[2]   # the leaf took it
+    assert chains.stream[0] == chains.stream[2] == chains.stream[3] == chains.stream[4] \
+        == chains.stream[5] != chains.stream[1]
+    assert chains.waits[2] == [] and greedy.waits[2] == [0]
+    with pytest.raises(ValueError, match="policy"):
+        plan(after, 4, "fastest")
+
+
+def test_stream_plan_policy_from_the_environment(monkeypatch):
+    from latch.errors import LatchError
+    from latch.runtime.streams import policy_wanted
+
+    monkeypatch.delenv("LATCH_STREAM_PLAN", raising=False)
+    assert policy_wanted() == "chains"
+    monkeypatch.setenv("LATCH_STREAM_PLAN", "greedy")
+    assert policy_wanted() == "greedy"
+    monkeypatch.setenv("LATCH_STREAM_PLAN", "random")
+    with pytest.raises(LatchError, match="LATCH_STREAM_PLAN"):
+        policy_wanted()
 
 
 
