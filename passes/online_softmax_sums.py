@@ -42,10 +42,13 @@ _CHUNK = 8
 _HELD = 16
 
 
-def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True) -> int:
+def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True,
+                             held_chunks: int = _HELD) -> int:
     """Rewrite each matching (row max, row sum of exponentials) pair in ``body`` (with
     ``chunks``, reading consecutive elements where the input allows; with ``readers``,
-    finishing the elementwise reader that follows the pair in the same launch)."""
+    finishing the elementwise reader that follows the pair in the same launch, the row
+    kept in registers where a thread's share is at most ``held_chunks`` chunks, else read
+    again)."""
     from mlir import ir
 
     from latch.passes.buffer_views import hoist_definition
@@ -71,7 +74,7 @@ def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True) ->
             for v in reader.operands:
                 if isinstance(v.type, ir.MemRefType):
                     hoist_definition(v, ops[j])
-        _emit(op, ops[j], first, widen, chunks, reader, perm)
+        _emit(op, ops[j], first, widen, chunks, reader, perm, held_chunks)
         op.erase()
         ops[j].erase()
         gone.add(j)
@@ -262,7 +265,8 @@ def _is_sum_below(op, info, first, x, m, widen) -> bool:
         info.comb == body[-1] and isinstance(e.type, ir.F32Type)
 
 
-def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None) -> None:
+def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
+          held_chunks: int = _HELD) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -277,7 +281,7 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None) -> N
     s_map = ir.AffineMapAttr(list(ir.ArrayAttr(r2.attributes["indexing_maps"]))[-1]).value
     block = r1.regions[0].blocks[0]
     contiguous = chunks and _contiguous_chunks(x, info)
-    held = reader is not None and contiguous and trips <= _HELD
+    held = reader is not None and contiguous and trips <= held_chunks
     with ir.InsertionPoint(r2), r2.location:
         c1 = index_constant(1)
         launch = gpu.LaunchOp((index_constant(n_out), c1, c1),

@@ -138,6 +138,10 @@ class WrapHostCompute(ModulePass):
     #: consecutive elements (one 16-byte load) where the input allows; false: one element
     #: a load, strided
     chunks: bool = True
+    #: with ``finish-rows``, a row of at most this many chunks of 8 a thread is kept in
+    #: registers between the online softmax's totals and its reader (read from memory
+    #: once); longer rows (all rows with 0) are read again for the reader
+    held_chunks: int = 16
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -152,7 +156,8 @@ class WrapHostCompute(ModulePass):
             _reductions_innermost(body)
             if self.reduce_threads > 0:
                 collapse_one_hot_reductions(body)
-                fuse_online_softmax_sums(body, self.chunks, self.finish_rows)
+                fuse_online_softmax_sums(body, self.chunks, self.finish_rows,
+                                         self.held_chunks)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks)
             _wrap(body)
