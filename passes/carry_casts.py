@@ -46,7 +46,7 @@ import dataclasses
 from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
 from latch.passes.generic_body import indexing_maps, segments
 
-_TYPE_NAMES = {"bf16": "bf16", "f16": "f16"}
+_NARROW = ("bf16", "f16")          # the types a carried copy may have
 
 
 def _identity(m) -> bool:
@@ -64,8 +64,6 @@ def _all_parallel(op) -> bool:
 def _cast_type(op):
     """The narrower float type an elementwise cast generic rounds its one input to, or None
     when ``op`` is not such a cast."""
-    from mlir import ir
-
     if op.name != "linalg.generic" or len(op.results) != 1 or segments(op) != (1, 1) or \
             not _all_parallel(op) or not all(_identity(m) for m in indexing_maps(op)):
         return None
@@ -77,7 +75,7 @@ def _cast_type(op):
             or body[1].operands[0] != t.results[0]:
         return None
     elt = t.results[0].type
-    return elt if str(elt) in _TYPE_NAMES else None
+    return elt if str(elt) in _NARROW else None
 
 
 @dataclasses.dataclass
@@ -89,7 +87,7 @@ class _Plan:
     producer: object           # the generic computing the new value (None: unchanged)
 
 
-def _plan(func, index: int, arg, new_value):
+def _plan(index: int, arg, new_value):
     """A _Plan for carrying the parameter ``arg`` (state ``index``), or None."""
     from mlir import ir
 
@@ -143,7 +141,7 @@ def _plans(func) -> dict:
     for i, s in enumerate(states):
         if ir.StringAttr(s["kind"]).value != "param":
             continue
-        p = _plan(func, i, block.arguments[i], ret.operands[i])
+        p = _plan(i, block.arguments[i], ret.operands[i])
         if p is not None:
             plans[i] = p
     return plans
@@ -179,7 +177,7 @@ def _with_rounded_result(producer, result: int, element):
         mapping = dict(zip(old.arguments, block.arguments))
         with ir.InsertionPoint(block):
             body = [_op(o) for o in old.operations]
-            for op in body[:-1]:
+            for op in body[:-1]:            # linalg.index included: the loops are the same
                 c = op.clone()
                 for k, v in enumerate(list(c.operands)):
                     if v in mapping:
@@ -270,7 +268,7 @@ def _carry(func, plans: list) -> None:
         source = ir.StringAttr(states[p.index]["name"]).value
         added.append(ir.DictAttr.get({
             "kind": ir.StringAttr.get("copy"),
-            "name": ir.StringAttr.get(f"{source}.{_TYPE_NAMES[str(p.element)]}"),
+            "name": ir.StringAttr.get(f"{source}.{p.element}"),
             "of": ir.StringAttr.get(source),
             "type": ir.TypeAttr.get(t)}))
     entries = {n.name: n.attr for n in abi}
