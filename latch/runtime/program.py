@@ -732,6 +732,12 @@ class CudaTrainingState:
         return {s["name"]: t[s["name"]] for s in self.program.states_spec
                 if s["name"] in t and (kind is None or s.get("kind") == kind)}
 
+    def save(self, path) -> None:
+        """Checkpoint atomically; reload with ``latch.load_state(path, prog)`` (as
+        :meth:`latch.state.TrainingState.save`)."""
+        from latch.checkpoint import save_state
+        save_state(self, path)
+
     def __repr__(self) -> str:
         return f"CudaTrainingState(step={self.step}, {len(self.program.state_names)} tensors)"
 

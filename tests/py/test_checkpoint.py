@@ -219,3 +219,29 @@ def test_layout_mismatch_names_the_difference(trained, tmp_path):
     rewrite_zip(path, _edit_manifest(lambda m: m["states"][0].update(kind="moment")))
     with pytest.raises(latch.LatchError, match="has kind 'moment' in the checkpoint"):
         load_state(path, prog)
+
+
+def test_carried_copies_stay_out_of_cuda_states_and_checkpoints(tmp_path):
+    """A cuda program's rounded parameter copies (kind "copy", latch-carry-casts) are not
+    part of the training state: a CudaTrainingState lists, saves and loads its program's
+    other states only (no GPU needed while the state is not live in the program)."""
+    from latch.runtime.program import CudaTrainingState
+
+    class Program:           # what CudaTrainingState and the checkpoints read of a program
+        states_spec = [
+            {"name": "w", "kind": "param", "shape": [2, 3], "dtype": "f32"},
+            {"name": "step", "kind": "counter", "shape": [], "dtype": "i64"},
+            {"name": "w.bf16", "kind": "copy", "of": "w", "shape": [2, 3], "dtype": "bf16"}]
+        state_names = ["w", "step"]
+        manifest = {"param_names": ["w"], "states": states_spec}
+
+    prog = Program()
+    w = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    state = CudaTrainingState(prog, {"w": w, "step": torch.tensor(4)})
+    assert set(state.tensors()) == {"w", "step"} and state.tensors("copy") == {}
+    assert state.step == 4 and torch.equal(state.parameters()["w"], w)
+    state.save(tmp_path / "s.ckpt")
+    manifest, arrays = ckpt.read_checkpoint(tmp_path / "s.ckpt")
+    assert [s["name"] for s in manifest["states"]] == ["w", "step"]
+    back = load_state(tmp_path / "s.ckpt", prog)
+    assert torch.equal(back.parameters()["w"], w) and back.step == 4
