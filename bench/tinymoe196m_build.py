@@ -33,8 +33,8 @@ a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``), `
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
 each at the start of every update instead of carried as state (no ``latch-carry-casts``),
-``-rereadrows`` the loss's rows read again for its gradient instead of held in registers
-(``latch-wrap-host-compute{held-chunks=0}``) — the same
+``-heldrows`` the loss's rows held in registers for its gradient instead of read again
+(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form) — the same
 workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
@@ -85,7 +85,7 @@ OFF_SWITCHES = {
     "serialsums": ("latch-form-kernels", "latch-split-integer-sums", "chains=1"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
-    "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=0"),
+    "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
 }
 
 

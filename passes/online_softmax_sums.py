@@ -37,8 +37,9 @@ from latch.passes.row_reductions import (_BLOCK as _THREADS, _BLOCK_MIN, _split,
 from latch.passes.vector_lanes import _aligned, lane_of, load_chunk
 
 _CHUNK = 8
-#: chunks a thread keeps in registers when a reader is finished in the launch (the row is
-#: read from memory once: 16 x 8 bf16 = 64 registers a thread)
+#: chunks a thread may keep in registers when a reader is finished in the launch (the row
+#: read from memory once: 16 x 8 bf16 = 64 registers a thread); latch-wrap-host-compute's
+#: ``held-chunks`` (default 0: read again, the faster on an H100) sets the limit
 _HELD = 16
 
 

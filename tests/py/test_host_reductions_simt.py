@@ -441,13 +441,14 @@ SOFTMAX_GRAD = SOFTMAX.replace(
 }""")
 
 
-@pytest.mark.parametrize("cols,held", [(4096, True), (2048 * 20, False)])
-def test_softmax_reader_in_the_sums_launch(cols, held):
+@pytest.mark.parametrize("cols,held_chunks,held", [(4096, 16, True), (4096, 0, False),
+                                                    (2048 * 20, 16, False)])
+def test_softmax_reader_in_the_sums_launch(cols, held_chunks, held):
     """passes/online_softmax_sums.py with a reader: one launch computes the row max, the sum
     and the cross-entropy gradient of each row (the row's 8-element chunks kept in
-    registers up to 16 chunks a thread, ``held``; longer rows read again), the gradient
-    stored 8 bf16 a store; max and sum as the two-pass form's, the gradient as float64's
-    rounded to bf16 (one bf16 ulp)."""
+    registers up to ``held-chunks`` chunks a thread, ``held``; else read again — the
+    default, 0), the gradient stored 8 bf16 a store; max and sum as the two-pass form's,
+    the gradient as float64's rounded to bf16 (one bf16 ulp)."""
     from mlir import ir
 
     import latch.dialect
@@ -459,7 +460,7 @@ def test_softmax_reader_in_the_sums_launch(cols, held):
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
         m = ir.Module.parse(text)
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+        run_pipeline(m, f"builtin.module(latch-wrap-host-compute{{held-chunks={held_chunks}}})")
         host = str(m).split("gpu.module")[0]
         launches = re.findall(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c(\d+)", host)
         assert launches == [str(rows)]                 # one launch: sums and gradient
