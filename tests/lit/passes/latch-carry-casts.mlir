@@ -105,3 +105,78 @@ func.func @not_elementwise(%w: tensor<4xf32>, %m: tensor<4x4xf32>, %x: tensor<4x
   } -> tensor<4xf32>
   return %s, %wb : tensor<4xf32>, tensor<4xbf16>
 }
+
+// -----
+
+// Two update variants (every(N)): w is carried in both (one leaves it unchanged and returns
+// the copy's argument); v only where every variant can carry it, and the second variant's
+// new v is no generic's result: v keeps its casts in both.
+// CHECK-LABEL: func.func @variant0(
+// CHECK-SAME: %{{[^:]*}}: tensor<4xf32>, %{{[^:]*}}: tensor<4xf32>, %[[WC0:[^:]*]]: tensor<4xbf16>)
+// CHECK-SAME: -> (tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<4xbf16>)
+// CHECK-SAME: states = [{kind = "param", name = "w", type = tensor<4xf32>}, {kind = "param", name = "v", type = tensor<4xf32>}, {kind = "copy", name = "w.bf16", of = "w", type = tensor<4xbf16>}]
+// CHECK: %[[N:.*]]:2 = linalg.generic
+// CHECK: return %[[N]]#0, %{{.*}}, %[[N]]#1, %[[WC0]] :
+// CHECK-LABEL: func.func @variant1(
+// CHECK-SAME: %[[W:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<4xf32>, %[[WC:[^:]*]]: tensor<4xbf16>)
+// CHECK-SAME: states = [{kind = "param", name = "w", type = tensor<4xf32>}, {kind = "param", name = "v", type = tensor<4xf32>}, {kind = "copy", name = "w.bf16", of = "w", type = tensor<4xbf16>}]
+// CHECK: return %[[W]], %{{.*}}, %[[WC]], %{{.*}} :
+#id = affine_map<(d0) -> (d0)>
+func.func @variant0(%w: tensor<4xf32>, %v: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>)
+    attributes {latch.abi = {num_inputs = 0 : i64, num_returns = 1 : i64, states = [
+      {kind = "param", name = "w", type = tensor<4xf32>},
+      {kind = "param", name = "v", type = tensor<4xf32>}]}} {
+  %eb = tensor.empty() : tensor<4xbf16>
+  %wb = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%w : tensor<4xf32>) outs(%eb : tensor<4xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %r = arith.truncf %a : f32 to bf16
+      linalg.yield %r : bf16
+  } -> tensor<4xbf16>
+  %vb = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%v : tensor<4xf32>) outs(%eb : tensor<4xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %r = arith.truncf %a : f32 to bf16
+      linalg.yield %r : bf16
+  } -> tensor<4xbf16>
+  %e = tensor.empty() : tensor<4xf32>
+  %nw = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%w : tensor<4xf32>) outs(%e : tensor<4xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %s = arith.mulf %a, %a : f32
+      linalg.yield %s : f32
+  } -> tensor<4xf32>
+  %nv = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%v : tensor<4xf32>) outs(%e : tensor<4xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %s = arith.addf %a, %a : f32
+      linalg.yield %s : f32
+  } -> tensor<4xf32>
+  return %nw, %nv, %wb : tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
+}
+func.func @variant1(%w: tensor<4xf32>, %v: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>)
+    attributes {latch.abi = {num_inputs = 0 : i64, num_returns = 1 : i64, states = [
+      {kind = "param", name = "w", type = tensor<4xf32>},
+      {kind = "param", name = "v", type = tensor<4xf32>}]}} {
+  %eb = tensor.empty() : tensor<4xbf16>
+  %wb = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%w : tensor<4xf32>) outs(%eb : tensor<4xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %r = arith.truncf %a : f32 to bf16
+      linalg.yield %r : bf16
+  } -> tensor<4xbf16>
+  %vb = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%v : tensor<4xf32>) outs(%eb : tensor<4xbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %r = arith.truncf %a : f32 to bf16
+      linalg.yield %r : bf16
+  } -> tensor<4xbf16>
+  %m = tensor.empty() : tensor<4x4xf32>
+  %nv = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%m : tensor<4x4xf32>) outs(%v : tensor<4xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %t = arith.addf %a, %o : f32
+      linalg.yield %t : f32
+  } -> tensor<4xf32>
+  return %w, %nv, %vb : tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
+}
