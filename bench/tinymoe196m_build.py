@@ -34,7 +34,9 @@ the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
 each at the start of every update instead of carried as state (no ``latch-carry-casts``),
 ``-heldrows`` the loss's rows held in registers for its gradient instead of read again
-(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form) — the same
+(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-scalargathers``
+the one-hot gathers reading a source row one element a load
+(``latch-form-contraction-kernels{gather-lanes=false}``) — the same
 workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
@@ -86,6 +88,8 @@ OFF_SWITCHES = {
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
+    "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
+                      "gather-lanes=false"),
 }
 
 

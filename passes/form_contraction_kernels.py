@@ -1305,6 +1305,9 @@ class FormContractionKernels(ModulePass):
     chip: str = "sm_90"
     #: products skip the rows a one-hot gather left zero (passes/empty_rows.py)
     empty_rows: bool = True
+    #: a gather thread reads its consecutive columns of a source row as one vector
+    #: (one_hot_gather._lane_values); false: one element a load
+    gather_lanes: bool = True
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -1338,7 +1341,7 @@ class FormContractionKernels(ModulePass):
                 if gather is not None:       # sources grouped by row, a thread per element
                     copy = copies[j]
                     one_hot_gather.emit_gather(gather, grouped[_block_key(con.op)], copy,
-                                               zero_rows.get(j))
+                                               zero_rows.get(j), self.gather_lanes)
                     if copy is not None:
                         copy[0].erase()
                     for zeroing in con.zeroed_by or []:     # every element read is written

@@ -182,11 +182,13 @@ def _leading_elements(view, c):
     return math.prod(ir.MemRefType(c.type).shape)
 
 
-def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None) -> None:
+def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool = True) -> None:
     """Replace the contraction of ``sc`` by the launches of the module docstring, using the
     i8 buffer ``workspace`` (at least :func:`workspace_bytes` long); ``copy``: the
     :func:`rounded_copy` to write instead of the f32 output, or None; ``zero_rows``: an
-    ``empty_rows.GatherRows`` whose extents the launches also write, or None."""
+    ``empty_rows.GatherRows`` whose extents the launches also write, or None; ``lanes``:
+    a thread's columns of a source row read as vectors where they can be
+    (:func:`_lane_values`)."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -307,13 +309,20 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None) -> None:
             more = scf.IfOp(compare("slt", const(i32, s), n), [f32] * width, has_else=True)
             with ir.InsertionPoint(more.then_block):
                 kd = k_dims(cast(k, index))
-                sums = []
-                for w, at in enumerate(ats):
-                    for pos, d in enumerate(out_pos):
-                        if d in _value_dims(sc):
-                            kd[d] = at[pos]
-                    v = _value(sc, kd)
-                    sums.append(ir.Operation.create("arith.addf", [f32], [accs[w], v]).result)
+                for pos, d in enumerate(out_pos):
+                    if d in _value_dims(sc):
+                        kd[d] = ats[0][pos]
+                values = _lane_values(sc, kd, width, out_pos[-1]) \
+                    if lanes and width > 1 else None
+                if values is None:                 # one clone of the factor a column
+                    values = []
+                    for at in ats:
+                        for pos, d in enumerate(out_pos):
+                            if d in _value_dims(sc):
+                                kd[d] = at[pos]
+                        values.append(_value(sc, kd))
+                sums = [ir.Operation.create("arith.addf", [f32], [acc, v]).result
+                        for acc, v in zip(accs, values)]
                 scf.YieldOp(sums)
             with ir.InsertionPoint(more.else_block):
                 scf.YieldOp(accs)
@@ -392,6 +401,85 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None) -> None:
             _store_rounded(x, copy, flat)
 
         walk(rows + 1, round_heavy)
+
+
+def _lane_values(sc: Scatter, dims: list, width: int, last: int):
+    """The value factor at ``width`` consecutive indices of loop ``last`` from ``dims``
+    (the first, a multiple of ``width``), what it reads along ``last`` loaded as
+    ``vector.load``s (``vector_lanes.LaneEmitter``: the MoE's gathers and the embedding
+    gradient read 8 bf16 or 4 f32 of a source row in one access instead of one each), the
+    rest once; None when the factor does not allow it: ``last``'s index elsewhere than an
+    access's last index, a buffer misaligned for ``width`` elements, a store or nested
+    regions in the body."""
+    from mlir import ir
+
+    from latch.passes.generic_body import index_constant
+    from latch.passes.vector_lanes import LaneEmitter, _aligned, _bytes
+
+    con = sc.con
+    side = con.sides[sc.value_side]
+    block = con.op.regions[0].blocks[0]
+
+    def vectorizable(mt) -> bool:
+        return _bytes(mt.element_type) is not None and _aligned(mt, width)
+
+    along_inputs = []
+    for i in side.args:
+        at = [p for p, (kind, d) in enumerate(con.maps[i]) if kind == "d" and d == last]
+        if at and (at != [len(con.maps[i]) - 1] or
+                   not vectorizable(ir.MemRefType(con.inputs[i].type))):
+            return None
+        if at:
+            along_inputs.append(i)
+    index_ops = [o for o in side.ops if o.name == "linalg.index"]
+    along = [o for o in index_ops if ir.IntegerAttr(o.attributes["dim"]).value == last]
+    if len(along) > 1:
+        return None
+    iv = along[0].results[0] if along else None
+    varying = {block.arguments[i] for i in along_inputs} | ({iv} if iv is not None else set())
+    for o in side.ops:
+        operands = list(o.operands)
+        if o.regions or o.name == "memref.store":
+            return None
+        if not any(x in varying for x in operands):
+            continue
+        if o.name == "memref.load":
+            if iv is None or operands[-1] != iv or any(x in varying for x in operands[:-1]) \
+                    or not vectorizable(ir.MemRefType(operands[0].type)):
+                return None
+        varying.update(o.results)
+    mapping: dict = {}
+    zero = None
+    vectors = {}
+    for i in side.args:
+        idx = []
+        for kind, d in con.maps[i]:
+            if kind == "d":
+                idx.append(dims[d])
+            else:
+                if zero is None:
+                    zero = index_constant(0)
+                idx.append(zero)
+        elt = ir.MemRefType(con.inputs[i].type).element_type
+        if i in along_inputs:
+            vectors[block.arguments[i]] = ir.Operation.create(
+                "vector.load", [ir.VectorType.get([width], elt)], [con.inputs[i]] + idx,
+                attributes={"alignment": ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), width * _bytes(elt))}).result
+        else:
+            mapping[block.arguments[i]] = ir.Operation.create(
+                "memref.load", [elt], [con.inputs[i]] + idx).result
+    for o in index_ops:
+        mapping[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
+    # no body op uses the loop's index: a sentinel no operand equals (Values refuse None)
+    lanes = LaneEmitter(iv if iv is not None else object(), mapping, width)
+    for arg, vec in vectors.items():
+        for j in range(width):
+            lanes.lanes[j][arg] = ir.Operation.create(
+                "vector.extract", [arg.type], [vec],
+                attributes={"static_position": ir.DenseI64ArrayAttr.get([j])}).result
+    lanes.emit([o for o in side.ops if o.name != "linalg.index"])
+    return [lanes._value(side.value, j) for j in range(width)]
 
 
 def _store_rounded(x, copy, flat) -> None:

@@ -177,7 +177,8 @@ def test_gather_form_sums_each_row_in_source_order():
     gather, overflow); rows with at most SLOTS sources are summed in
     ascending k — the same bits as a float32 loop in k order, whatever order the grouping
     took — and a heavier row's extra sources arrive by atomics (float32 accuracy); targets
-    out of range add nothing; the output's initial values are added to."""
+    out of range add nothing; the output's initial values are added to.  A thread's
+    columns of a source row are read as one vector."""
     from latch.passes.one_hot_gather import SLOTS
 
     sources, rows, cols = 60, 13, 48
@@ -185,6 +186,9 @@ def test_gather_form_sums_each_row_in_source_order():
     text = str(m)
     host = text.split("gpu.module")[0]
     assert host.count("gpu.launch ") == 4 and "linalg.generic" not in host
+    # a thread's four columns of a source row: one 16-byte load (one_hot_gather._lane_values)
+    assert re.search(r"vector\.load %\w+\[%\w+, %\w+\] .*memref<60x48xf32>, vector<4xf32>",
+                     host)
     g = torch.Generator().manual_seed(0)
     tok = torch.randint(-2, rows + 2, (sources,), generator=g)      # some out of range
     tok[tok == 4] = 5
