@@ -36,7 +36,9 @@ each at the start of every update instead of carried as state (no ``latch-carry-
 ``-heldrows`` the loss's rows held in registers for its gradient instead of read again
 (``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-scalargathers``
 the one-hot gathers reading a source row one element a load
-(``latch-form-contraction-kernels{gather-lanes=false}``) — the same
+(``latch-form-contraction-kernels{gather-lanes=false}``), ``-readerapart`` the tied
+embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
+gather (``latch-form-contraction-kernels{gather-readers=false}``) — the same
 workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
@@ -90,6 +92,8 @@ OFF_SWITCHES = {
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),
+    "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",
+                    "gather-readers=false"),
 }
 
 

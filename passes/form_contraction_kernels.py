@@ -1308,6 +1308,9 @@ class FormContractionKernels(ModulePass):
     #: a gather thread reads its consecutive columns of a source row as one vector
     #: (one_hot_gather._lane_values); false: one element a load
     gather_lanes: bool = True
+    #: a gather also adds the term of the elementwise generic right after it that adds one
+    #: to its output in place (one_hot_gather.additive_reader); false: that pass stays
+    gather_readers: bool = True
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -1340,10 +1343,14 @@ class FormContractionKernels(ModulePass):
             if scatter is not None:          # a one-hot product: K x N atomic adds instead
                 if gather is not None:       # sources grouped by row, a thread per element
                     copy = copies[j]
+                    reader = one_hot_gather.additive_reader(gather) if self.gather_readers \
+                        and copy is None and zero_rows.get(j) is None else None
                     one_hot_gather.emit_gather(gather, grouped[_block_key(con.op)], copy,
-                                               zero_rows.get(j), self.gather_lanes)
+                                               zero_rows.get(j), self.gather_lanes, reader)
                     if copy is not None:
                         copy[0].erase()
+                    if reader is not None:   # its term is where the gather's threads start
+                        reader.erase()
                     for zeroing in con.zeroed_by or []:     # every element read is written
                         zeroing.erase()
                 elif self.deterministic:     # in integers: the sum is the same in any order

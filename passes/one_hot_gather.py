@@ -45,7 +45,8 @@ from latch.passes.buffer_views import (arena_span, defined_by_views, hoist_defin
                                        identity_layout, root, slots_overlap, users)
 from latch.passes.fixed_point_scatter import _int as const, _kind
 from latch.passes.generic_body import (apply_body, compare, delinearize, flat_launch,
-                                       guarded_launch, index_constant, pure_function_of_input)
+                                       guarded_launch, index_constant, indexing_maps,
+                                       pure_function_of_input, segments)
 from latch.passes.one_hot_scatter import Scatter, _target, _value, in_range
 
 SLOTS = 4            # sources a row takes in the table (summed in k order)
@@ -182,13 +183,86 @@ def _leading_elements(view, c):
     return math.prod(ir.MemRefType(c.type).shape)
 
 
-def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool = True) -> None:
+def additive_reader(sc: Scatter):
+    """The generic right after the product of ``sc`` that adds a term to its output in place
+    — ``c = h(others) + c``, all-parallel, every operand through the same permutation of
+    the loops (element by element), ``c`` read once and only by the
+    final ``addf`` (TinyMoE's tied embedding: the LM head's rounded weight gradient added
+    to the embedding's, a [vocab, d] pass at the end of the backward): the gather's threads
+    add ``h`` to their sums before they store (the same bits for rows of up to SLOTS
+    sources; a heavier row's further sources, added by atomics, now come after ``h``) and
+    the pass goes; else None."""
+    from mlir import ir
+
+    con = sc.con
+    block = con.op.operation.block
+    ops = [_op(o) for o in block.operations]
+    at = next((i for i, o in enumerate(ops) if o == _op(con.op)), None)
+    if at is None or at + 1 >= len(ops):
+        return None
+    g = ops[at + 1]
+    if g.name != "linalg.generic" or g.results or \
+            any("parallel" not in str(t) for t in ir.ArrayAttr(g.attributes["iterator_types"])):
+        return None
+    n_in, n_out = segments(g)
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
+    operands = list(g.operands)
+    if n_out != 1 or operands[n_in] != con.c or not maps[-1].is_permutation or \
+            any(m != maps[-1] for m in maps):        # every operand element by element
+        return None
+    reads = [j for j in range(n_in) if operands[j] == con.c]
+    if any(root(operands[j]) == root(con.c) for j in range(n_in) if j not in reads):
+        return None                       # another view of the output: it would read zeros
+    body = g.regions[0].blocks[0]
+    if len(reads) != 1 or any(True for _ in body.arguments[n_in].uses):
+        return None
+    c_arg = body.arguments[reads[0]]
+    inner = [_op(o) for o in body.operations]
+    total = inner[-1].operands[0]
+    add = total.owner if not hasattr(total.owner, "arguments") else None
+    add = _op(add) if add is not None else None
+    if add is None or add.name != "arith.addf" or c_arg not in list(add.operands) or \
+            sum(1 for _ in c_arg.uses) != 1 or list(add.operands)[0] == list(add.operands)[1]:
+        return None
+    if any(o.regions or o.name.startswith("memref.") for o in inner):
+        return None
+    return g
+
+
+def _reader_term(g, c, at: list):
+    """The term ``h(others)`` of :func:`additive_reader`'s generic ``g`` at output indices
+    ``at``, its body cloned at the current insertion point (``c``: the product's output)."""
+    from latch.passes.generic_body import clone_body_ops, load_inputs
+
+    from mlir import ir
+
+    n_in, _ = segments(g)
+    body = g.regions[0].blocks[0]
+    operands = list(g.operands)
+    maps = indexing_maps(g)
+    dims = [None] * maps[-1].n_dims           # the loop indices of output element ``at``
+    for pos, e in enumerate(maps[-1].results):
+        dims[ir.AffineDimExpr(e).position] = at[pos]
+    others = {j for j in range(n_in) if operands[j] != c}
+    mapping: dict = {}
+    load_inputs(body, operands[:n_in], maps[:n_in], dims, mapping, only=others)
+    inner = [_op(o) for o in body.operations]
+    add = _op(inner[-1].operands[0].owner)
+    c_arg = next(a for j, a in enumerate(body.arguments) if j < n_in and j not in others)
+    term = next(v for v in add.operands if v != c_arg)
+    clone_body_ops([o for o in inner[:-1] if o != add], mapping, dims)
+    return mapping.get(term, term)
+
+
+def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool = True,
+                reader=None) -> None:
     """Replace the contraction of ``sc`` by the launches of the module docstring, using the
     i8 buffer ``workspace`` (at least :func:`workspace_bytes` long); ``copy``: the
     :func:`rounded_copy` to write instead of the f32 output, or None; ``zero_rows``: an
     ``empty_rows.GatherRows`` whose extents the launches also write, or None; ``lanes``:
     a thread's columns of a source row read as vectors where they can be
-    (:func:`_lane_values`)."""
+    (:func:`_lane_values`); ``reader``: an :func:`additive_reader` whose term the threads
+    add before they store (the caller erases it)."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -327,6 +401,10 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
             with ir.InsertionPoint(more.else_block):
                 scf.YieldOp(accs)
             accs = list(more.results)
+        if reader is not None:           # c = h(others) + c, as the reader would
+            accs = [ir.Operation.create("arith.addf", [f32],
+                                        [_reader_term(reader, con.c, at), acc]).result
+                    for acc, at in zip(accs, ats)]
 
         def store_f32():
             for acc, at in zip(accs, ats):

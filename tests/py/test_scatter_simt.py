@@ -238,3 +238,54 @@ def test_gather_writes_the_rounded_copy_of_the_rows_read(plus_zero):
     assert heavy.any()
     ref = want[heavy].double()
     assert float((got[heavy].double() - ref).norm() / ref.norm()) < 1e-2   # bf16 rounding
+
+
+def added_scatter_text(sources: int, rows: int, cols: int, loops: str = "#id") -> str:
+    """@main(tok, v, w, o): o = 0; o[tok[k], n] += v[k, n]; o = f32(w) + o — the tied
+    embedding's gradient: the LM head's bf16 weight gradient added after the scatter (its
+    loops in the output's order, ``#id``, or swapped, ``#tr``)."""
+    return scatter_text(sources, rows, cols).replace(
+        "#col = ", "#tr = affine_map<(d0, d1) -> (d1, d0)>\n#col = ").replace(
+        f"%o: memref<{rows}x{cols}xf32>) {{",
+        f"%w: memref<{rows}x{cols}xbf16>, %o: memref<{rows}x{cols}xf32>) {{\n"
+        f"  %zero = arith.constant 0.0 : f32\n"
+        f"  linalg.fill ins(%zero : f32) outs(%o : memref<{rows}x{cols}xf32>)").replace(
+        "  return\n}", f"""  linalg.generic {{indexing_maps = [{loops}, {loops}, {loops}],
+                  iterator_types = ["parallel", "parallel"]}}
+      ins(%w, %o : memref<{rows}x{cols}xbf16>, memref<{rows}x{cols}xf32>)
+      outs(%o : memref<{rows}x{cols}xf32>) {{
+  ^bb0(%a: bf16, %c: f32, %x: f32):
+    %e = arith.extf %a : bf16 to f32
+    %s = arith.addf %e, %c : f32
+    linalg.yield %s : f32
+  }}
+  return
+}}""")
+
+
+@pytest.mark.parametrize("loops", ["#id", "#tr"])
+def test_gather_adds_the_term_of_its_reader(loops):
+    """An output read right after the product by ``o = h(w) + o`` in place: the reader goes,
+    the gather's threads add ``h(w)`` to their rows' sums before they store — the reader's
+    bits for rows of up to SLOTS sources — and heavy rows' further sources still arrive by
+    atomics."""
+    sources, rows, cols = 50, 11, 48
+    m, ctx = run_pass(added_scatter_text(sources, rows, cols, loops))
+    host = str(m).split("gpu.module")[0]
+    assert "linalg.generic" not in host and host.count("gpu.launch ") == 4
+    g = torch.Generator().manual_seed(5)
+    tok = torch.randint(0, rows, (sources,), generator=g)
+    tok[:7] = 3                                                      # a heavy row
+    v = torch.randn(sources, cols, generator=g, dtype=torch.float64).float()
+    w = torch.randn(rows, cols, generator=g, dtype=torch.float64).bfloat16()
+    with ctx:
+        sim = Simt(m)
+        sim.run([tok.numpy(), v.numpy(), w.float().numpy(), np.zeros((rows, cols), np.float32)])
+    got = torch.from_numpy(np.asarray(sim.arguments[3], np.float32).copy())
+    counts = torch.bincount(tok, minlength=rows)
+    light = counts <= 4
+    want = w.float() + _sequential(torch.zeros(rows, cols), tok, v, rows)   # as the reader
+    assert torch.equal(got[light].view(torch.int32), want[light].view(torch.int32))
+    ref = w.double() + torch.zeros(rows, cols, dtype=torch.float64).index_add(
+        0, tok, v.double())
+    assert float((got.double() - ref).norm() / ref.norm()) < 1e-6
