@@ -200,7 +200,8 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // (passes/one_hot_gather.py): in a (70 + 2 + 70*4 + 100 + 70)-i32 workspace, zero the
 // counts; group the sources by row (an integer atomic add hands out a row's slots);
 // one thread per four consecutive output elements (16 bytes, one vector store) sums its
-// row's slotted sources in ascending k (a min/max sorting network) onto %o; then a fixed grid walks the overflow list with float atomics.
+// row's slotted sources in ascending k (a min/max sorting network; each source's four
+// elements one vector load) onto %o; then a fixed grid walks the overflow list with float atomics.
 // In @rewritten the buffer is overwritten after the mask generic, so nothing is known and
 // the kernel is the plain one.
 #c_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
@@ -224,7 +225,7 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // CHECK-COUNT-4: memref.load %[[TABLE]]
 // CHECK: arith.minsi
 // CHECK: scf.if
-// CHECK: memref.load %arg1[
+// CHECK: vector.load %arg1[{{.*}}] {alignment = 16 : i64} : memref<100x48xf32>, vector<4xf32>
 // CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {alignment = 16 : i64} : memref<70x48xf32>, vector<4xf32>
 // CHECK: gpu.launch
 // CHECK: scf.for
