@@ -174,17 +174,13 @@ def _with_rounded_result(producer, result: int, element):
             attributes=attrs, regions=1)
         old = producer.regions[0].blocks[0]
         block = new.regions[0].blocks.append(*[a.type for a in old.arguments], element)
-        mapping = dict(zip(old.arguments, block.arguments))
+        for a, b in zip(old.arguments, block.arguments):
+            a.replace_all_uses_with(b)
+        body = [_op(o) for o in old.operations]
+        for op in body[:-1]:                # moved: the loops are the same
+            block.append(op)
+        yielded = list(body[-1].operands)
         with ir.InsertionPoint(block):
-            body = [_op(o) for o in old.operations]
-            for op in body[:-1]:            # linalg.index included: the loops are the same
-                c = op.clone()
-                for k, v in enumerate(list(c.operands)):
-                    if v in mapping:
-                        c.operands[k] = mapping[v]
-                for a, b in zip(op.results, c.results):
-                    mapping[a] = b
-            yielded = [mapping.get(v, v) for v in body[-1].operands]
             rounded = ir.Operation.create("arith.truncf", [element], [yielded[result]])
             ir.Operation.create("linalg.yield", [], yielded + [rounded.results[0]])
     for a, b in zip(producer.results, new.results):

@@ -68,7 +68,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
+from latch.passes.base import ModulePass, element_bits, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
 from latch.passes.buffer_views import (VIEW_OPS, arena_span, last_writer, root,
                                        slots_overlap, users)
@@ -1574,14 +1574,18 @@ def _add_partial_sums(workspace, c) -> None:
         ir.Operation.create("linalg.yield", [], [total])
 
 
-def load_factor_inputs(con: Contraction, side: Operand, inputs, dims, mapping: dict) -> None:
+def load_factor_inputs(con: Contraction, side: Operand, inputs, dims, mapping: dict,
+                       lanes: int = 1, along=()) -> dict:
     """Load, at the loop indices ``dims``, the generic inputs that factor ``side`` reads,
     from ``inputs`` (the generic's own inputs, or a kernel's arguments standing for them);
-    ``mapping`` receives the body arguments' replacements."""
+    ``mapping`` receives the body arguments' replacements.  The inputs numbered in
+    ``along`` are loaded instead as one ``vector.load`` of ``lanes`` elements each
+    (consecutive along their last index, from ``dims``'): returns {body argument: vector}."""
     from mlir import ir
 
     block = con.op.regions[0].blocks[0]
     zero = None
+    vectors = {}
     for i in side.args:
         idx = []
         for kind, d in con.maps[i]:
@@ -1592,8 +1596,15 @@ def load_factor_inputs(con: Contraction, side: Operand, inputs, dims, mapping: d
                     zero = index_constant(0)
                 idx.append(zero)
         elt = ir.MemRefType(con.inputs[i].type).element_type
-        mapping[block.arguments[i]] = ir.Operation.create(
-            "memref.load", [elt], [inputs[i]] + idx).result
+        if i in along:
+            vectors[block.arguments[i]] = ir.Operation.create(
+                "vector.load", [ir.VectorType.get([lanes], elt)], [inputs[i]] + idx,
+                attributes={"alignment": ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), lanes * element_bits(elt) // 8)}).result
+        else:
+            mapping[block.arguments[i]] = ir.Operation.create(
+                "memref.load", [elt], [inputs[i]] + idx).result
+    return vectors
 
 
 def _expand_factors(kernel_module, con: Contraction, expected: int) -> None:

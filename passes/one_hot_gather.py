@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 
 from latch.passes import empty_rows
-from latch.passes.base import operation as _op
+from latch.passes.base import defining_op, operation as _op
 from latch.passes.buffer_views import (arena_span, defined_by_views, hoist_definition,
                                        identity_layout, root, slots_overlap, users)
 from latch.passes.fixed_point_scatter import _int as const, _kind
@@ -219,8 +219,7 @@ def additive_reader(sc: Scatter):
     c_arg = body.arguments[reads[0]]
     inner = [_op(o) for o in body.operations]
     total = inner[-1].operands[0]
-    add = total.owner if not hasattr(total.owner, "arguments") else None
-    add = _op(add) if add is not None else None
+    add = defining_op(total)
     if add is None or add.name != "arith.addf" or c_arg not in list(add.operands) or \
             sum(1 for _ in c_arg.uses) != 1 or list(add.operands)[0] == list(add.operands)[1]:
         return None
@@ -247,7 +246,7 @@ def _reader_term(g, c, at: list):
     mapping: dict = {}
     load_inputs(body, operands[:n_in], maps[:n_in], dims, mapping, only=others)
     inner = [_op(o) for o in body.operations]
-    add = _op(inner[-1].operands[0].owner)
+    add = defining_op(inner[-1].operands[0])
     c_arg = next(a for j, a in enumerate(body.arguments) if j < n_in and j not in others)
     term = next(v for v in add.operands if v != c_arg)
     clone_body_ops([o for o in inner[:-1] if o != add], mapping, dims)
@@ -491,8 +490,8 @@ def _lane_values(sc: Scatter, dims: list, width: int, last: int):
     regions in the body."""
     from mlir import ir
 
-    from latch.passes.generic_body import index_constant
-    from latch.passes.vector_lanes import LaneEmitter, _aligned, _bytes
+    from latch.passes.form_contraction_kernels import load_factor_inputs
+    from latch.passes.vector_lanes import LaneEmitter, _aligned, _bytes, lane_of
 
     con = sc.con
     side = con.sides[sc.value_side]
@@ -527,35 +526,13 @@ def _lane_values(sc: Scatter, dims: list, width: int, last: int):
                 return None
         varying.update(o.results)
     mapping: dict = {}
-    zero = None
-    vectors = {}
-    for i in side.args:
-        idx = []
-        for kind, d in con.maps[i]:
-            if kind == "d":
-                idx.append(dims[d])
-            else:
-                if zero is None:
-                    zero = index_constant(0)
-                idx.append(zero)
-        elt = ir.MemRefType(con.inputs[i].type).element_type
-        if i in along_inputs:
-            vectors[block.arguments[i]] = ir.Operation.create(
-                "vector.load", [ir.VectorType.get([width], elt)], [con.inputs[i]] + idx,
-                attributes={"alignment": ir.IntegerAttr.get(
-                    ir.IntegerType.get_signless(64), width * _bytes(elt))}).result
-        else:
-            mapping[block.arguments[i]] = ir.Operation.create(
-                "memref.load", [elt], [con.inputs[i]] + idx).result
+    vectors = load_factor_inputs(con, side, con.inputs, dims, mapping, width, along_inputs)
     for o in index_ops:
         mapping[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
     # no body op uses the loop's index: a sentinel no operand equals (Values refuse None)
     lanes = LaneEmitter(iv if iv is not None else object(), mapping, width)
-    for arg, vec in vectors.items():
-        for j in range(width):
-            lanes.lanes[j][arg] = ir.Operation.create(
-                "vector.extract", [arg.type], [vec],
-                attributes={"static_position": ir.DenseI64ArrayAttr.get([j])}).result
+    for j in range(width):
+        lanes.lanes[j].update(lane_of(vectors, j))
     lanes.emit([o for o in side.ops if o.name != "linalg.index"])
     return [lanes._value(side.value, j) for j in range(width)]
 

@@ -323,16 +323,14 @@ class CudaProgram:
         views = self.state_views()
         return {n: views[n].clone() for n in self.state_names}
 
-    def _refresh_copies(self, sources=None) -> None:
-        """Recompute the rounded copies of the parameters ``sources`` (state indices; all
-        when None) from their live values: ``Tensor.to`` rounds to nearest even, as the
-        optimizer kernels' ``truncf`` does."""
-        if not self.copies_of:
-            return
-        views = self.state_views()
+    def _refresh_copies(self, views: dict, sources=None) -> None:
+        """Recompute, in the live state ``views`` (:meth:`state_views`), the rounded copies
+        of the parameters named in ``sources`` (all when None): ``Tensor.to`` rounds to
+        nearest even, as the optimizer kernels' ``truncf`` does."""
         for k, src in self.copies_of.items():
-            if sources is None or src in sources:
-                views[self.states_spec[k]["name"]].copy_(views[self.states_spec[src]["name"]])
+            name = self.states_spec[src]["name"]
+            if sources is None or name in sources:
+                views[self.states_spec[k]["name"]].copy_(views[name])
 
     def load_state(self, values: dict, strict: bool = False) -> None:
         """Copy tensors into the named states (others keep their values)."""
@@ -352,8 +350,7 @@ class CudaProgram:
                 raise LatchError(f"state '{name}': shape {tuple(value.shape)}, the program "
                                  f"expects {tuple(view.shape)}")
             view.copy_(value.to(device=view.device, dtype=view.dtype))
-        self._refresh_copies({k for k, sp in enumerate(self.states_spec)
-                              if sp["name"] in values})
+        self._refresh_copies(views, values)
         torch.cuda.synchronize(self.torch_device)
 
     def input_views(self) -> list:
@@ -409,10 +406,12 @@ class CudaProgram:
         state = CudaTrainingState(self, values)
         self._activate(state, force=True)
         # data-parallel: every rank starts from rank 0's parameters (as DDP does)
-        self.variants[0].collectives.broadcast_from_rank0(
+        collectives = self.variants[0].collectives
+        collectives.broadcast_from_rank0(
             [self._live_view(k) for k, b in enumerate(self.state_buffers)
              if b.spec.get("kind") == "param"])
-        self._refresh_copies()
+        if collectives.active and self.copies_of:   # the parameters changed: their copies too
+            self._refresh_copies(self.state_views())
         return state
 
     def _activate(self, state: "CudaTrainingState", force: bool = False) -> None:
