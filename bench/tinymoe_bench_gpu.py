@@ -24,6 +24,10 @@ engine runs in its own process on the same model (same seed) and the same fixed 
   ``latch-padded-gridorder``: the build ``tinymoe196m-b<B>-bf16-<switches>.latch`` with
   those compiler steps switched off (bench/tinymoe196m_build.py ``OFF_SWITCHES``), its time
   relative to ``latch``: the A/B of a step, side by side in one run;
+* ``latch-base`` (not in the default ``--engines``): ``tinymoe196m-b<B>-bf16-base.latch``,
+  the build of an earlier commit copied in beside today's (``cp tinymoe196m-b2-bf16.latch
+  tinymoe196m-b2-bf16-base.latch`` before rebuilding): the A/B of a change that has no
+  switch, side by side in one run;
 * ``torch-eager``: zero_grad, autocast forward, backward, clip_grad_norm_, AdamW, schedule;
 * ``torch-compile-graph``: the model under ``torch.compile`` (default mode), the whole
   update (AdamW with ``capturable=True``, the learning rate a device tensor) captured into
@@ -104,7 +108,7 @@ def parse_workload(name: str) -> tuple[int, bool]:
 # Latch engines: the suffix of their bench/tinymoe196m_build.py build ("-math": the
 # attention option "math", "-det": deterministic=True).
 LATCH_ENGINES = {"latch": "", "latch-math": "-math", "latch-flash": "-flash",
-                 "latch-fused": "-fused", "latch-det": "-det"}
+                 "latch-fused": "-fused", "latch-det": "-det", "latch-base": "-base"}
 
 
 # runtime switches: ``latch-<switch>`` engines that run the same build as ``latch`` with

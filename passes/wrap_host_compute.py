@@ -17,7 +17,9 @@ the return:
   convert-parallel-loops-to-gpu leaves an exactly tiled loop nest with an assert in it on
   the host.
 * ``memref.copy`` of rank ≥ 1 becomes a copying ``linalg.generic`` (a parallel op, so it
-  becomes an ordinary elementwise kernel); of rank 0 a ``memref.load`` + ``memref.store``.
+  becomes an ordinary elementwise kernel); of rank 0 a ``memref.load`` + ``memref.store``;
+  a copy of a buffer onto itself goes (one-shot bufferization leaves one per tensor of the
+  gradient clip's per-tensor sums of squares: a one-thread launch each, 67 in TinyMoE).
 * A full sum reduction (a linalg.generic whose loops are all reductions into a 0-d f32/f64
   buffer, with body ``acc + e``, or an i32/i64 one with ``addi``: a count) becomes one ``gpu.launch`` of ``reduce-threads`` threads
   (default 256; 0 turns this off): each thread sums a strided slice of the iteration space
@@ -194,6 +196,9 @@ def _rewrite_copies(body) -> None:
         if op.name != "memref.copy":
             continue
         src, dst = op.operands[0], op.operands[1]
+        if src == dst:       # a buffer onto itself (one-shot bufferization's insert_slice
+            op.erase()       # written in place: the clip's per-tensor sums): nothing to do
+            continue
         st, dt = ir.MemRefType(src.type), ir.MemRefType(dst.type)
         with ir.InsertionPoint(op), op.location:
             if st.rank == 0:

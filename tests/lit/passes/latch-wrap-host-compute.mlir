@@ -120,6 +120,23 @@ func.func @copies(%a: memref<16xf32>, %s: memref<f32>) -> (memref<16xf32>, memre
 
 // -----
 
+// A copy of a buffer onto itself (one-shot bufferization leaves one for each tensor of the
+// clip's stacked sums of squares) goes: no load, no store, no launch.
+// CHECK-LABEL: func.func @self_copy(
+// CHECK-NOT: memref.load
+// CHECK-NOT: scf.parallel
+// CHECK: return
+// KERNELS-LABEL: func.func @self_copy(
+// KERNELS-NOT: gpu.launch_func
+// KERNELS: return
+func.func @self_copy(%v: memref<4xf32>) {
+  %e = memref.subview %v[2] [1] [1] : memref<4xf32> to memref<f32, strided<[], offset: 2>>
+  memref.copy %e, %e : memref<f32, strided<[], offset: 2>> to memref<f32, strided<[], offset: 2>>
+  return
+}
+
+// -----
+
 // A scalar computed by one wrapped run and used by a later one (the clip's running sum of
 // squares across per-tensor reductions) travels through a 0-d buffer: stored at the end
 // of the run that computes it, loaded again where it is used.
