@@ -34,7 +34,9 @@ the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
 each at the start of every update instead of carried as state (no ``latch-carry-casts``),
 ``-heldrows`` the loss's rows held in registers for its gradient instead of read again
-(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-scalargathers``
+(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-rereadrows`` the
+loss's rows read again from memory for its gradient instead of kept in shared memory
+(``latch-wrap-host-compute{staged-rows=0}``, the seventh stop's form), ``-scalargathers``
 the one-hot gathers reading a source row one element a load
 (``latch-form-contraction-kernels{gather-lanes=false}``), ``-readerapart`` the tied
 embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
@@ -90,6 +92,7 @@ OFF_SWITCHES = {
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
+    "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",

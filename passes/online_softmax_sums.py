@@ -41,15 +41,21 @@ _CHUNK = 8
 #: read from memory once: 16 x 8 bf16 = 64 registers a thread); latch-wrap-host-compute's
 #: ``held-chunks`` (default 0: read again, the faster on an H100) sets the limit
 _HELD = 16
+#: bytes of a row a launch may keep in (dynamic) shared memory between the totals and its
+#: reader when the row is not held in registers: each thread stores the chunks it loads for
+#: the totals and reads them back for the reader (its own chunks only: no barrier), so the
+#: row is read from global memory once.  TinyMoE's 32768-wide bf16 logits rows: 64 KiB, three
+#: blocks of 256 threads an SM.  latch-wrap-host-compute's ``staged-rows`` (0: read again)
+_STAGED = 96 * 1024
 
 
 def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True,
-                             held_chunks: int = _HELD) -> int:
+                             held_chunks: int = _HELD, staged_bytes: int = _STAGED) -> int:
     """Rewrite each matching (row max, row sum of exponentials) pair in ``body`` (with
     ``chunks``, reading consecutive elements where the input allows; with ``readers``,
     finishing the elementwise reader that follows the pair in the same launch, the row
-    kept in registers where a thread's share is at most ``held_chunks`` chunks, else read
-    again)."""
+    kept in registers where a thread's share is at most ``held_chunks`` chunks, else in
+    shared memory where the row is at most ``staged_bytes`` bytes, else read again)."""
     from mlir import ir
 
     from latch.passes.buffer_views import hoist_definition
@@ -75,7 +81,7 @@ def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True,
             for v in reader.operands:
                 if isinstance(v.type, ir.MemRefType):
                     hoist_definition(v, ops[j])
-        _emit(op, ops[j], first, widen, chunks, reader, perm, held_chunks)
+        _emit(op, ops[j], first, widen, chunks, reader, perm, held_chunks, staged_bytes)
         op.erase()
         ops[j].erase()
         gone.add(j)
@@ -267,7 +273,7 @@ def _is_sum_below(op, info, first, x, m, widen) -> bool:
 
 
 def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
-          held_chunks: int = _HELD) -> None:
+          held_chunks: int = _HELD, staged_bytes: int = _STAGED) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -283,13 +289,22 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
     block = r1.regions[0].blocks[0]
     contiguous = chunks and _contiguous_chunks(x, info)
     held = reader is not None and contiguous and trips <= held_chunks
+    x_elt = ir.MemRefType(x.type).element_type
+    row_bytes = n_red * element_bits(x_elt) // 8
+    staged = reader is not None and contiguous and not held and row_bytes <= staged_bytes
     with ir.InsertionPoint(r2), r2.location:
         c1 = index_constant(1)
+        dynamic = ir.Operation.create(
+            "arith.constant", [ir.IntegerType.get_signless(32)],
+            attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
+                                                    row_bytes)}).result if staged else None
         launch = gpu.LaunchOp((index_constant(n_out), c1, c1),
-                              (index_constant(_THREADS), c1, c1))
+                              (index_constant(_THREADS), c1, c1),
+                              dynamic_shared_memory_size=dynamic)
         lb = launch.regions[0].blocks[0]
     with ir.InsertionPoint(lb), r2.location:
         row, tid = lb.arguments[0], lb.arguments[3]
+        stage = _stage_buffer(n_red, x_elt) if staged else None
         dims = [None] * len(ranges)
         _split(row, par, ranges, dims)
 
@@ -329,12 +344,22 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
             return ir.Operation.create("arith.addi", [index], [base, index_constant(
                 u if contiguous else u * _THREADS)]).result
 
-        def chunk(base):            # the _CHUNK elements of a chunk: (as stored, in f32)
-            if not contiguous:
+        def staged_at(j):           # the thread's chunk j in the staged row
+            return [ir.Operation.create("arith.muli", [index], [ir.Operation.create(
+                "arith.addi", [index], [ir.Operation.create(
+                    "arith.muli", [index], [j, index_constant(_THREADS)]).result,
+                    tid]).result, index_constant(_CHUNK)]).result]
+
+        def chunk(base, j=None):    # the _CHUNK elements of a chunk: (as stored, in f32);
+            if not contiguous:      # with ``stage``, chunk j also put in shared memory
                 return [value(offset(base, u)) for u in range(_CHUNK)]
             here = list(dims)
             _split(base, red[::-1], ranges, here)
             vectors = load_chunk(block, [x], info.maps[:1], here, _CHUNK, {0})
+            if stage is not None:
+                ir.Operation.create("vector.store", [],
+                                    [vectors[block.arguments[0]], stage] + staged_at(j),
+                                    attributes={"alignment": _alignment(x_elt)})
             out = []
             for u in range(_CHUNK):
                 v = lane_of(vectors, u)[block.arguments[0]]
@@ -369,7 +394,8 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
                              c1, [const(-math.inf), const(0.0)])
             with ir.InsertionPoint(loop.body):
                 m, s = loop.inner_iter_args
-                xs = [v for _, v in chunk(chunk_base(loop.induction_variable))]
+                xs = [v for _, v in chunk(chunk_base(loop.induction_variable),
+                                          loop.induction_variable)]
                 c = xs[0]
                 for v in xs[1:]:
                     c = op("arith.maximumf", c, v)
@@ -399,16 +425,46 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
             scf.YieldOp([])
         if reader is not None:
             finish = _ReaderEmitter(reader, perm, info, dims, x, {m_out: m_fin, s_out: s_fin},
-                                    {m_out: info.maps[-1], s_out: s_map}, held, contiguous)
+                                    {m_out: info.maps[-1], s_out: s_map}, held or staged,
+                                    contiguous)
             if held:
                 for j, c in enumerate(kept):
                     finish.chunk(chunk_base(index_constant(j)), offset, [r for r, _ in c])
-            else:
+            else:                   # each thread reads back only the chunks it staged
                 loop = scf.ForOp(index_constant(0), index_constant(trips), c1, [])
                 with ir.InsertionPoint(loop.body):
-                    finish.chunk(chunk_base(loop.induction_variable), offset, None)
+                    j = loop.induction_variable
+                    xs = None
+                    if staged:
+                        vec = ir.Operation.create(
+                            "vector.load", [ir.VectorType.get([_CHUNK], x_elt)],
+                            [stage] + staged_at(j),
+                            attributes={"alignment": _alignment(x_elt)}).result
+                        xs = [ir.Operation.create(
+                            "vector.extract", [x_elt], [vec],
+                            attributes={"static_position": ir.DenseI64ArrayAttr.get([u])}
+                        ).result for u in range(_CHUNK)]
+                    finish.chunk(chunk_base(j), offset, xs)
                     scf.YieldOp([])
         ir.Operation.create("gpu.terminator", [])
+
+
+def _stage_buffer(n: int, elt):
+    """The launch's dynamic shared memory as ``memref<n x elt>`` (workgroup space)."""
+    from mlir import ir
+
+    wg = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    i8 = ir.IntegerType.get_signless(8)
+    dyn = ir.Operation.create("gpu.dynamic_shared_memory",
+                              [ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], i8,
+                                                 memory_space=wg)]).result
+    return ir.Operation.create("memref.view", [ir.MemRefType.get([n], elt, memory_space=wg)],
+                               [dyn, index_constant(0)]).result
+
+
+def _alignment(elt):
+    from mlir import ir
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), _CHUNK * element_bits(elt) // 8)
 
 
 class _ReaderEmitter:

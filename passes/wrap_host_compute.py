@@ -147,6 +147,10 @@ class WrapHostCompute(ModulePass):
     #: TB/s: the registers cost occupancy), read again 2.16 ms
     #: (profile-tinymoe196m-b32-bf16-rereadrows-117e680-h100.json)
     held_chunks: int = 0
+    #: with ``finish-rows``, a row (not held in registers) of at most this many bytes is
+    #: kept in dynamic shared memory between the online softmax's totals and its reader,
+    #: each thread reading back the chunks it stored (read from memory once); 0: read again
+    staged_rows: int = 96 * 1024
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -162,7 +166,7 @@ class WrapHostCompute(ModulePass):
             if self.reduce_threads > 0:
                 collapse_one_hot_reductions(body)
                 fuse_online_softmax_sums(body, self.chunks, self.finish_rows,
-                                         self.held_chunks)
+                                         self.held_chunks, self.staged_rows)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks)
             _wrap(body)

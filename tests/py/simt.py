@@ -965,6 +965,8 @@ class Simt:
             sizes = [env[i] for i in o.ins[:6]]
         grid, block = [int(v) for v in sizes[:3]], [int(v) for v in sizes[3:6]]
         self._setup(grid, block)
+        if "operandSegmentSizes" in op.attributes and len(segs) > 10 and segs[10]:
+            self.dynamic_shared = int(env[o.ins[segs[10][0]]])
         body = o.regions[0][0]
         vals = list(self.bids) + list(self.tids) + list(self.gdim) + list(self.bdim)
         for a, v in zip(body.args[:12], vals):

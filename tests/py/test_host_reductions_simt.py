@@ -441,14 +441,17 @@ SOFTMAX_GRAD = SOFTMAX.replace(
 }""")
 
 
-@pytest.mark.parametrize("cols,held_chunks,held", [(4096, 16, True), (4096, 0, False),
-                                                    (2048 * 20, 16, False)])
-def test_softmax_reader_in_the_sums_launch(cols, held_chunks, held):
+@pytest.mark.parametrize("cols,held_chunks,staged_rows,held", [
+    (4096, 16, 0, "registers"), (4096, 0, 0, "no"), (2048 * 20, 16, 0, "no"),
+    (4096, 0, 96 * 1024, "shared"), (2048 * 20, 0, 96 * 1024, "shared"),
+    (2048 * 20, 0, 2048 * 20 * 2 - 2, "no")])
+def test_softmax_reader_in_the_sums_launch(cols, held_chunks, staged_rows, held):
     """passes/online_softmax_sums.py with a reader: one launch computes the row max, the sum
     and the cross-entropy gradient of each row (the row's 8-element chunks kept in
-    registers up to ``held-chunks`` chunks a thread, ``held``; else read again — the
-    default, 0), the gradient stored 8 bf16 a store; max and sum as the two-pass form's,
-    the gradient as float64's rounded to bf16 (one bf16 ulp)."""
+    registers up to ``held-chunks`` chunks a thread; else in dynamic shared memory for rows
+    of up to ``staged-rows`` bytes, each thread reading back its own chunks — the default;
+    else read again), the gradient stored 8 bf16 a store; max and sum as the two-pass
+    form's, the gradient as float64's rounded to bf16 (one bf16 ulp)."""
     from mlir import ir
 
     import latch.dialect
@@ -460,13 +463,19 @@ def test_softmax_reader_in_the_sums_launch(cols, held_chunks, held):
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
         m = ir.Module.parse(text)
-        run_pipeline(m, f"builtin.module(latch-wrap-host-compute{{held-chunks={held_chunks}}})")
+        run_pipeline(m, "builtin.module(latch-wrap-host-compute{"
+                     f"held-chunks={held_chunks} staged-rows={staged_rows}}})")
         host = str(m).split("gpu.module")[0]
         launches = re.findall(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c(\d+)", host)
         assert launches == [str(rows)]                 # one launch: sums and gradient
         assert "outs(%arg5" not in host                # no generic left writing it
-        assert host.count("scf.for") == (0 if held else 2)
+        assert host.count("scf.for") == (0 if held == "registers" else 2)
         assert "vector.store" in host and "vector<8xbf16>" in host
+        assert ("gpu.dynamic_shared_memory" in host) == (held == "shared")
+        # staged: the logits read from global memory by the sums' loop only (one vector
+        # load); not held: by the reader's loop again (held in registers: loops unrolled)
+        reads = re.findall(r"(?:vector|memref).load %arg0", host)
+        assert held == "registers" or (len(reads) == 1) == (held == "shared"), reads
         g = torch.Generator().manual_seed(3)
         x = (torch.randn(rows, cols, generator=g, dtype=torch.float64) * 4).bfloat16()
         x[1, 100:] = float("-inf")
