@@ -36,7 +36,10 @@ each at the start of every update instead of carried as state (no ``latch-carry-
 ``-heldrows`` the loss's rows held in registers for its gradient instead of read again
 (``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-rereadrows`` the
 loss's rows read again from memory for its gradient instead of kept in shared memory
-(``latch-wrap-host-compute{staged-rows=0}``, the seventh stop's form), ``-scalargathers``
+(``latch-wrap-host-compute{staged-rows=0}``, the seventh stop's form), ``-twolaunchsums``
+the full sums over several blocks (the clip's per-tensor sums of squares) finished by a
+second, one-block launch instead of their last block
+(``latch-wrap-host-compute{last-block-sums=false}``), ``-scalargathers``
 the one-hot gathers reading a source row one element a load
 (``latch-form-contraction-kernels{gather-lanes=false}``), ``-readerapart`` the tied
 embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
@@ -93,6 +96,7 @@ OFF_SWITCHES = {
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
     "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
+    "twolaunchsums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=false"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",

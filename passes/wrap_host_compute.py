@@ -26,7 +26,10 @@ the return:
   in a register — chunks of ``V`` consecutive elements, one 16-byte vector load of each input
   a chunk, where the last loop walks every input's contiguous last dimension in whole
   aligned chunks (:func:`~latch.passes.vector_lanes.chunk_width`) —, ``gpu.all_reduce add`` combines the partial sums
-  (shuffles + shared memory after NVVM lowering) and thread 0 adds the total to the output.  Other reductions without
+  (shuffles + shared memory after NVVM lowering) and thread 0 adds the total to the output; a larger sum
+  runs on several blocks that store their partial sums, and the block that stores the last
+  one (a ticket taken with an atomic add, between two ``membar.gl``) adds them up in a fixed
+  order in the same launch (``last-block-sums``; false: a second, one-block launch).  Other reductions without
   a parallel dimension take the serial path below.
 * A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
   gradient over the vocabulary) becomes one thread per output computing the term at
@@ -56,7 +59,8 @@ Rejected with a located error (the launch schedule cannot express them yet):
 A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, in place: it
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
-Options: ``reduce-threads`` (int, default 256).
+Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default true),
+``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows`` (the fields below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-wrap-host-compute, latch-form-kernels)'``
@@ -151,6 +155,9 @@ class WrapHostCompute(ModulePass):
     #: kept in dynamic shared memory between the online softmax's totals and its reader,
     #: each thread reading back the chunks it stored (read from memory once); 0: read again
     staged_rows: int = 96 * 1024
+    #: a full sum over several blocks finishes in its launch: the block that stores the
+    #: last partial sum adds them all (false: a second, one-block launch does)
+    last_block_sums: bool = True
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -168,7 +175,8 @@ class WrapHostCompute(ModulePass):
                 fuse_online_softmax_sums(body, self.chunks, self.finish_rows,
                                          self.held_chunks, self.staged_rows)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks)
-                _parallel_full_reductions(body, self.reduce_threads, self.chunks)
+                _parallel_full_reductions(body, self.reduce_threads, self.chunks,
+                                          self.last_block_sums)
             _wrap(body)
 
 
@@ -1037,7 +1045,8 @@ def _sum_reduction(op):
     return found
 
 
-def _parallel_full_reductions(body, threads: int, chunks: bool = True) -> None:
+def _parallel_full_reductions(body, threads: int, chunks: bool = True,
+                              last_block: bool = True) -> None:
     for op in list(body.operations):
         op = _op(op)
         found = _sum_reduction(op)
@@ -1046,18 +1055,20 @@ def _parallel_full_reductions(body, threads: int, chunks: bool = True) -> None:
         maps, ranges = loop_ranges(op)
         if any(r is None for r in ranges):
             continue
-        _emit_block_reduction(op, found, maps, ranges, threads, chunks)
+        _emit_block_reduction(op, found, maps, ranges, threads, chunks, last_block)
         op.erase()
 
 
-def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = True) -> None:
+def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = True,
+                          last_block: bool = True) -> None:
     """Replace a sum reduction by ``gpu.launch``es of ``threads``-thread blocks: each thread
     sums a strided slice of the iteration space in a register and ``gpu.all_reduce add``
     combines a block's partial sums.  One block (up to ``_ONE_BLOCK_ITEMS`` elements) adds
     its total to the output directly; for a larger iteration space, several blocks (one per
     ``_ITEMS_PER_BLOCK`` elements, at most ``_MAX_BLOCKS``) each store their total into a
-    scratch buffer, and a second one-block launch sums the scratch buffer in a fixed order
-    into the output (deterministic: no atomics)."""
+    scratch buffer, and the scratch buffer is summed in a fixed order into the output by
+    one block (deterministic: no float atomics) — with ``last_block``, in the same launch
+    by the block that finishes last (:func:`_last_block_sum`), else by a second launch."""
     from mlir import ir
 
     block, acc, add, summand = found
@@ -1084,11 +1095,91 @@ def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = 
             def store_partial(bid, total):
                 ir.Operation.create("memref.store", [], [total, scratch, bid])
 
+            if last_block:     # the launch's last block sums the partials
+                counter = ir.Operation.create(   # an unshared arena slot: zero at start
+                    "memref.alloc", [ir.MemRefType.get([1], ir.IntegerType.get_signless(32))],
+                    operands=[],
+                    attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0]),
+                                "latch.zero_at_start": ir.UnitAttr.get()}).result
+                _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threads,
+                                    store_partial, lanes,
+                                    then=lambda tx: _last_block_sum(
+                                        tx, counter, scratch, blocks, threads, out, ftype))
+                return
             _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threads,
                                 store_partial, lanes)
             # the partials, summed in order by one block
             _launch_strided_sum(None, None, None, [blocks], [scratch], blocks, 1, threads,
                                 lambda bid, total: _add_to(out, total, ftype))
+
+
+def _last_block_sum(tx, counter, scratch, blocks: int, threads: int, out, ftype) -> None:
+    """In each block of a partial-sums launch, after thread 0 stored the block's total:
+    thread 0 makes it visible to the whole GPU (``membar.gl``) and takes a ticket
+    (``atomicAdd(counter, 1)``); the block whose ticket is ``blocks - 1`` is the last, sees
+    every partial, sums them as the second launch would (a strided slice a thread, then
+    ``gpu.all_reduce add``: the same order, the same bits), adds the total to ``out`` and
+    puts the counter back to 0 for the next launch.  The counter is an allocation of its
+    own that nothing else uses (an unshared arena slot: zero from the start)."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    from latch.passes.fixed_point_scatter import _kind
+
+    i32 = ir.IntegerType.get_signless(32)
+
+    def i32c(v):
+        return ir.Operation.create("arith.constant", [i32],
+                                   attributes={"value": ir.IntegerAttr.get(i32, v)}).result
+
+    def fence():
+        ir.Operation.create("nvvm.memory.barrier", [], [], attributes={
+            "scope": ir.Attribute.parse("#nvvm.mem_scope<gpu>")})
+
+    c0 = index_constant(0)
+    first = scf.IfOp(compare("eq", tx, c0), [i32], has_else=True)
+    with ir.InsertionPoint(first.then_block):
+        fence()
+        ticket = ir.Operation.create(
+            "memref.atomic_rmw", [i32], [i32c(1), counter, c0],
+            attributes={"kind": _kind("addi")}).result
+        scf.YieldOp([ticket])
+    with ir.InsertionPoint(first.else_block):
+        scf.YieldOp([i32c(0)])
+    ticket = ir.Operation.create(                  # thread 0's ticket, in every thread
+        "gpu.all_reduce", [i32], [first.results[0]],
+        attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op maxui>"),
+                    "uniform": ir.UnitAttr.get()}, regions=1).result
+    last = ir.Operation.create("arith.cmpi", [ir.IntegerType.get_signless(1)],
+                               [ticket, i32c(blocks - 1)],
+                               attributes={"predicate": ir.IntegerAttr.get(
+                                   ir.IntegerType.get_signless(64), 0)}).result
+    finish = scf.IfOp(last)
+    with ir.InsertionPoint(finish.then_block):
+        fence()
+        loop = scf.ForOp(tx, index_constant(blocks), index_constant(threads), [_zero(ftype)])
+        with ir.InsertionPoint(loop.body):
+            e = ir.Operation.create("memref.load", [ftype],
+                                    [scratch, loop.induction_variable]).result
+            scf.YieldOp([ir.Operation.create(_add_name(ftype), [ftype],
+                                             [loop.inner_iter_args[0], e]).result])
+        total = ir.Operation.create(
+            "gpu.all_reduce", [ftype], [loop.results[0]],
+            attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op add>"),
+                        "uniform": ir.UnitAttr.get()}, regions=1).result
+        store = scf.IfOp(compare("eq", tx, c0))
+        with ir.InsertionPoint(store.then_block):
+            _add_to(out, total, ftype)
+            ir.Operation.create("memref.store", [], [i32c(0), counter, c0])
+            scf.YieldOp([])
+        scf.YieldOp([])
+
+
+def _zero(ftype):
+    from mlir import ir
+    return ir.Operation.create("arith.constant", [ftype], attributes={"value": (
+        ir.IntegerAttr.get(ftype, 0) if isinstance(ftype, ir.IntegerType)
+        else ir.FloatAttr.get(ftype, 0.0))}).result
 
 
 #: elements a block sums (8 a thread), and at most this many blocks.  Each thread's partial
@@ -1117,13 +1208,14 @@ def _add_to(out, total, ftype) -> None:
 
 
 def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threads,
-                        finish, lanes: int = 1) -> None:
+                        finish, lanes: int = 1, then=None) -> None:
     """One gpu.launch of ``blocks`` x ``threads``: thread (b, t) sums elements
     ``b * threads + t`` + k * blocks * threads of the iteration space (the body of ``op``,
     or, when ``op`` is None, the elements of the 1-d buffer ``ins[0]``) — with ``lanes``
     > 1, the chunks of ``lanes`` consecutive elements numbered so, each input read as one
     vector a chunk and the chunk's elements added in order; the block's total goes to
-    ``finish(block id, total)`` in thread 0."""
+    ``finish(block id, total)`` in thread 0; ``then(thread id)``, if given, emits the
+    launch's last part."""
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -1139,9 +1231,7 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
     lb = launch.regions[0].blocks[0]
     with ir.InsertionPoint(lb):
         bid, tx = lb.arguments[0], lb.arguments[3]
-        zero = ir.Operation.create("arith.constant", [ftype], attributes={"value": (
-            ir.IntegerAttr.get(ftype, 0) if isinstance(ftype, ir.IntegerType)
-            else ir.FloatAttr.get(ftype, 0.0))}).result
+        zero = _zero(ftype)
         start = tx
         if blocks > 1:
             scaled = ir.Operation.create("arith.muli", [index], [bid, index_constant(threads)]).result
@@ -1169,6 +1259,8 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
         with ir.InsertionPoint(if_op.then_block):
             finish(bid, total)
             scf.YieldOp([])
+        if then is not None:
+            then(tx)
         ir.Operation.create("gpu.terminator", [])
 
 

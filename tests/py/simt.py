@@ -201,6 +201,7 @@ class _Mem:
         self.r_thread = np.full(n, -1, np.int64)
         self.r_epoch = np.full(n, -1, np.int64)
         self.r_block = np.full(n, -1, np.int64)
+        self.released = np.full(n, -1, np.int64)     # when its writer fenced it (gpu scope)
         self.pend_thread = self.pend_seq = None
 
 
@@ -783,7 +784,10 @@ class Simt:
         strides = ty.strides if all(s != _DYN for s in ty.strides) else \
             _identity_strides(ty.shape)
         size = max(1, int(np.prod(ty.shape))) + (ty.offset or 0)
-        env[o.outs[0]] = _Ref(self._mem(size, ty.elem), ty.shape, strides, ty.offset or 0)
+        mem = self._mem(size, ty.elem)
+        if "latch.zero_at_start" in o.op.attributes:   # an unshared arena slot: zeroed once
+            mem.valid[:] = True
+        env[o.outs[0]] = _Ref(mem, ty.shape, strides, ty.offset or 0)
 
     def _h_view(self, o, env):
         """memref.view of a byte buffer (global, or workgroup memory in a kernel): a typed
@@ -948,6 +952,8 @@ class Simt:
         self.groups = np.zeros(L, np.int64)      # committed cp.async groups per thread
         self.pending: list = []
         self.dynamic_shared = 0
+        self.fences = 0                 # gpu-scope fences so far in this launch
+        self.acquired = np.zeros(self.G, np.int64)   # per block: its last fence's number
         self.dyn_raw = None             # this launch's dynamic shared memory
         self.wg_open: dict = {}         # warpgroup (first thread) -> uncommitted wgmma reads
         self.wg_groups: dict = {}       # warpgroup -> committed groups of wgmma reads
@@ -1062,6 +1068,19 @@ class Simt:
     def _k_lane_id(self, o, env, mask):
         env[o.outs[0]] = self.tlin % 32
 
+    def _k_memory_barrier(self, o, env, mask):
+        """nvvm.memory.barrier (membar) at gpu scope: the fencing threads' earlier global
+        writes are released, and their blocks see the writes released before (the model
+        of a ticket's two fences; any other scope is not modelled)."""
+        assert "gpu" in str(o.op.attributes["scope"]), "only gpu-scope membar is modelled"
+        self.fences += 1
+        th = np.nonzero(mask)[0]
+        for mem in self.mems:
+            if mem.shared_blocks is None:
+                mine = np.isin(mem.w_thread, th) & (mem.released < 0)
+                mem.released[mine] = self.fences
+        self.acquired[np.unique(self.blk[th])] = self.fences
+
     def _k_barrier(self, o, env, mask):
         m = mask.reshape(self.G, self.T)
         whole = m.all(1)
@@ -1085,6 +1104,7 @@ class Simt:
 
     _ALL_REDUCE = {"add": np.sum, "mul": np.prod, "maximumf": np.max, "minimumf": np.min,
                    "maxnumf": np.nanmax, "minnumf": np.nanmin, "max": np.max, "min": np.min,
+                   "maxui": np.max, "minui": np.min,
                    "and": np.bitwise_and.reduce, "or": np.bitwise_or.reduce,
                    "xor": np.bitwise_xor.reduce}
 
@@ -1172,7 +1192,10 @@ class Simt:
                        " a cp.async destination before its wait")
         wt = mem.w_thread[a]
         if mem.shared_blocks is None:
-            other = (wt >= 0) & (wt // self.T != blk)
+            # another block's write is visible after its writer's gpu-scope fence and a
+            # later one of the reader (membar.gl on both sides of a ticket: a last block)
+            seen = (mem.released[a] >= 0) & (mem.released[a] < self.acquired[blk]) & ~write
+            other = (wt >= 0) & (wt // self.T != blk) & ~seen
             if other.any():
                 raise Race("a block reads or writes global memory another block wrote")
             if write:
@@ -1649,6 +1672,7 @@ _KERNEL = {
     "gpu.thread_id": Simt._k_id, "gpu.block_id": Simt._k_id,
     "gpu.block_dim": Simt._k_id, "gpu.grid_dim": Simt._k_id, "gpu.lane_id": Simt._k_lane_id,
     "gpu.barrier": Simt._k_barrier, "nvvm.barrier0": Simt._k_barrier,
+    "nvvm.memory.barrier": Simt._k_memory_barrier,
     "nvvm.barrier": Simt._k_nvvm_barrier, "gpu.shuffle": Simt._k_shuffle,
     "gpu.all_reduce": Simt._k_all_reduce,
     "memref.load": Simt._k_load, "memref.store": Simt._k_store,

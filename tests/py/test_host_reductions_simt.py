@@ -410,6 +410,56 @@ def test_full_sum_reads_chunks(rows, cols, transposed):
     assert abs(got[0] - want) <= 1e-5 * want
 
 
+@pytest.mark.parametrize("last_block", [True, False])
+def test_full_sum_finished_by_its_last_block(last_block):
+    """A full sum over several blocks (64 x 1024: 32 blocks of partial sums): with
+    ``last-block-sums`` (the default) one launch — each block's thread 0 stores its partial,
+    fences, takes a ticket; the block holding the last ticket fences again, sums the
+    partials and resets the ticket counter to 0 for the next launch — else a second,
+    one-block launch sums them.  The same bits either way (the same order), float64's sum
+    to float32 rounding; three launches in a row each see the counter at 0.  Without the
+    last block's second fence the simulator reports the read of the other blocks'
+    partials as a race."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+    from simt import Race
+
+    text = SUM_OF_SQUARES.replace("SHAPE", "64x1024").replace("MAP", "d0, d1")
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(64, 1024, generator=g, dtype=torch.float64).bfloat16()
+    want = float((x.double() ** 2).sum())
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        run_pipeline(m, "builtin.module(latch-wrap-host-compute{"
+                     f"last-block-sums={str(last_block).lower()}}})")
+        host = str(m)
+        assert host.count("gpu.launch blocks") == (1 if last_block else 2)
+        assert host.count("nvvm.memory.barrier") == (2 if last_block else 0)
+        sim = Simt(m)
+        out = np.zeros((), np.float32)
+        got = []
+        for _ in range(3):                 # the counter back at 0 after each launch
+            sim.run([x.float().numpy().astype(np.float32), np.zeros((), np.float32)])
+            got.append(float(np.asarray(sim.arguments[1])))
+        assert got[0] == got[1] == got[2]
+        assert abs(got[0] - want) <= 1e-5 * want
+        if last_block:
+            two = ir.Module.parse(text)
+            run_pipeline(two, "builtin.module(latch-wrap-host-compute{last-block-sums=false})")
+            sim2 = Simt(two)
+            sim2.run([x.float().numpy().astype(np.float32), out])
+            assert float(np.asarray(sim2.arguments[1])) == got[0]   # the same bits
+            at = host.rindex("nvvm.memory.barrier")     # the last block's acquire, gone
+            unfenced = ir.Module.parse(host[:at] + host[at:].split("\n", 1)[1])
+            with pytest.raises(Race, match="another block wrote"):
+                Simt(unfenced).run([x.float().numpy().astype(np.float32),
+                                    np.zeros((), np.float32)])
+
+
 # the same two reductions followed by a cross-entropy gradient of the same rows (what
 # latch-hoist-row-readers leaves): softmax minus the one-hot of the target, times a per-row
 # weight, rounded to bf16; the one-hot from the loop index (an arange recomputed)
