@@ -45,8 +45,9 @@ def _records(path: str) -> list[dict]:
 
 
 def _median(r: dict):
-    if r.get("skipped") or r.get("failed") or r.get("reverted"):
-        return None             # reverted: the run measured a change main no longer has
+    if r.get("skipped") or r.get("failed") or r.get("reverted") or r.get("invalid"):
+        return None             # reverted: the run measured a change main no longer has;
+                                # invalid: the build was wrong (the record says how)
     if r.get("median_ms") is not None:
         return r["median_ms"], r.get("min_ms"), r.get("max_ms")
     if r.get("median_ms_per_microbatch") is not None:    # selective: mean of a 16-cycle

@@ -297,14 +297,15 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
         dynamic = ir.Operation.create(
             "arith.constant", [ir.IntegerType.get_signless(32)],
             attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
-                                                    row_bytes)}).result if staged else None
+                                                    _STAGE_AT + row_bytes)}).result \
+            if staged else None
         launch = gpu.LaunchOp((index_constant(n_out), c1, c1),
                               (index_constant(_THREADS), c1, c1),
                               dynamic_shared_memory_size=dynamic)
         lb = launch.regions[0].blocks[0]
     with ir.InsertionPoint(lb), r2.location:
         row, tid = lb.arguments[0], lb.arguments[3]
-        stage = _stage_buffer(n_red, x_elt) if staged else None
+        stage, partials = _stage_buffers(n_red, x_elt) if staged else (None, None)
         dims = [None] * len(ranges)
         _split(row, par, ranges, dims)
 
@@ -405,8 +406,13 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
                     s_new = op("arith.addf", s_new, exp_guarded(v, m_new))
                 scf.YieldOp([m_new, s_new])
             m_t, s_t = loop.results
-        m_b = block_all_reduce(m_t, "maximumf")
-        s_b = block_all_reduce(op("arith.mulf", s_t, rescale(m_t, m_b)), "add")
+        if staged:      # no static shared memory beside the dynamic (it would overlap)
+            m_b = _block_reduce(m_t, "arith.maximumf", partials, tid)
+            s_b = _block_reduce(op("arith.mulf", s_t, rescale(m_t, m_b)), "arith.addf",
+                                partials, tid)
+        else:
+            m_b = block_all_reduce(m_t, "maximumf")
+            s_b = block_all_reduce(op("arith.mulf", s_t, rescale(m_t, m_b)), "add")
         if reader is not None:
             m_fin = op("arith.maximumf", m0, m_b)
             s_fin = op("arith.addf", s0, op("arith.mulf", s_b, rescale(m_b, m_fin)))
@@ -449,8 +455,17 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
         ir.Operation.create("gpu.terminator", [])
 
 
-def _stage_buffer(n: int, elt):
-    """The launch's dynamic shared memory as ``memref<n x elt>`` (workgroup space)."""
+#: bytes of the staged kernel's dynamic shared memory before the row: the warps' partial
+#: maxima and sums of the block reductions (8 f32, 16-byte aligned after them)
+_STAGE_AT = 64
+
+
+def _stage_buffers(n: int, elt):
+    """The launch's dynamic shared memory as (the row: ``memref<n x elt>`` at
+    ``_STAGE_AT``, the warps' partials: ``memref<8 x f32>`` at 0), workgroup space.  All the
+    kernel's shared memory is dynamic: NVVM gives ``gpu.dynamic_shared_memory`` the address
+    of the first static shared array, so static arrays beside it (``gpu.all_reduce``'s)
+    would overlap the row."""
     from mlir import ir
 
     wg = ir.Attribute.parse("#gpu.address_space<workgroup>")
@@ -458,8 +473,40 @@ def _stage_buffer(n: int, elt):
     dyn = ir.Operation.create("gpu.dynamic_shared_memory",
                               [ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], i8,
                                                  memory_space=wg)]).result
-    return ir.Operation.create("memref.view", [ir.MemRefType.get([n], elt, memory_space=wg)],
-                               [dyn, index_constant(0)]).result
+    row = ir.Operation.create("memref.view", [ir.MemRefType.get([n], elt, memory_space=wg)],
+                              [dyn, index_constant(_STAGE_AT)]).result
+    warps = ir.Operation.create(
+        "memref.view", [ir.MemRefType.get([_THREADS // 32], ir.F32Type.get(), memory_space=wg)],
+        [dyn, index_constant(0)]).result
+    return row, warps
+
+
+def _block_reduce(value, combine: str, partials, tid):
+    """``combine`` (an arith op name) of ``value`` over the block through ``partials`` (a
+    workgroup buffer of a value a warp): a butterfly in each warp, lane 0 stores the warp's
+    total, and every thread combines the totals in warp order (the same result in every
+    thread); barriers before and after the reads."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    from latch.passes.row_reductions import _warp_reduce
+
+    f32 = value.type
+    index = ir.IndexType.get()
+    total = _warp_reduce(value, combine)
+    lane = ir.Operation.create("arith.remui", [index], [tid, index_constant(32)]).result
+    warp = ir.Operation.create("arith.divui", [index], [tid, index_constant(32)]).result
+    first = scf.IfOp(compare("eq", lane, index_constant(0)))
+    with ir.InsertionPoint(first.then_block):
+        ir.Operation.create("memref.store", [], [total, partials, warp])
+        scf.YieldOp([])
+    ir.Operation.create("gpu.barrier", [])
+    out = None
+    for w in range(_THREADS // 32):
+        v = ir.Operation.create("memref.load", [f32], [partials, index_constant(w)]).result
+        out = v if out is None else ir.Operation.create(combine, [f32], [out, v]).result
+    ir.Operation.create("gpu.barrier", [])      # read by all before the next reduction
+    return out
 
 
 def _alignment(elt):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from latch.errors import LatchError, PipelineError
 
@@ -396,12 +397,32 @@ def build_manifest(schedule: dict, ptx: dict[str, str], *, source_text: str,
     return manifest, files
 
 
+_SHARED_DECL = re.compile(r"^\s*(\.extern\s+)?\.shared\s[^;\n]*?(\w+)(\[\d*\])?;", re.M)
+
+
+def check_shared_layout(name: str, ptx: str) -> None:
+    """Refuse a kernel module that declares ``gpu.dynamic_shared_memory``'s array next to
+    static shared arrays: NVVM declares it as a static array of its own, whose address is
+    where the static arrays start, so the dynamic buffer would overlap them (a kernel must
+    keep all its shared memory in the dynamic buffer, as the generated GEMM, attention and
+    staged-row kernels do)."""
+    decls = _SHARED_DECL.findall(ptx)
+    dynamic = [d for d in decls if d[1].startswith("__dynamic_shmem__")]
+    static = [d[1] for d in decls if not d[1].startswith("__dynamic_shmem__")]
+    if dynamic and static:
+        raise LatchError(f"kernel module {name}: dynamic shared memory beside static shared "
+                         f"arrays ({', '.join(static)}) would overlap them; this is a "
+                         "compiler bug (keep the kernel's shared memory in its dynamic buffer)")
+
+
 def _manifest_core(kind: str, schedule: dict, ptx: dict[str, str], *, source_text: str,
                    kernels_ir: str, chip: str, features: str) -> tuple[dict, dict[str, bytes]]:
     """What every cuda artifact's manifest holds (the kind, target, arena, layout of inputs
     and outputs, modules, launch list, copies, ABI and IR hashes) and its PTX files."""
     from latch.passes.dependent_launches import supported as dependent_launches_supported
 
+    for name, text in sorted(ptx.items()):
+        check_shared_layout(name, text)
     files = {f"kernels/{name}.ptx": text.encode() for name, text in sorted(ptx.items())}
     manifest = {
         "kind": kind,

@@ -1162,3 +1162,20 @@ def test_no_dependent_launches_before_hopper(tmp_path):
         assert manifest["dependent_launches"] is expected
         assert all((b"griddepcontrol.wait" in files[p]) is expected
                    for p in manifest["modules"].values())
+
+
+def test_manifest_refuses_dynamic_shared_memory_beside_static_arrays():
+    """NVVM declares gpu.dynamic_shared_memory's array as a static one at the start of the
+    kernel's shared memory, so static arrays beside it (gpu.all_reduce's) would overlap the
+    dynamic buffer: the artifact is refused, naming the module and the arrays (the first
+    staged-row loss kernel did this: non-finite gradients on the GPU).  Dynamic memory alone,
+    or static arrays alone, pass."""
+    from latch.errors import LatchError
+    from latch.targets.cuda import check_shared_layout
+
+    dyn = "\t.shared .align 16 .b8 __dynamic_shmem__0;\n"
+    wg = "\t.shared .align 4 .b8 __wg_update_kernel_0[128];\n"
+    check_shared_layout("update_kernel_1", ".version 8.4\n" + dyn + "\tret;\n")
+    check_shared_layout("update_kernel_2", ".version 8.4\n" + wg + "\tret;\n")
+    with pytest.raises(LatchError, match=r"update_kernel_3.*__wg_update_kernel_0"):
+        check_shared_layout("update_kernel_3", ".version 8.4\n" + dyn + wg + "\tret;\n")
