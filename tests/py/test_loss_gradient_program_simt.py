@@ -52,12 +52,16 @@ def test_loss_gradient_in_the_log_sum_exp_launch(tmp_path, monkeypatch):
 
 
 def _launch_with_sums_and_gradient(text: str):
-    """The host-side launch body that all-reduces a maximum and a sum and then stores
-    vectors of 8 bf16 (the gradient's chunks), or None."""
+    """The host-side launch body that reduces a maximum and a sum over its block —
+    ``gpu.all_reduce``, or (rows staged in dynamic shared memory) warp shuffles combined
+    through that memory — and then stores vectors of 8 bf16 (the gradient's chunks), or
+    None."""
     host = text.split("gpu.module")[0]
     for body in re.split(r"\bgpu\.launch\b", host)[1:]:
         body = body.split("gpu.terminator")[0]
-        if "all_reduce  maximumf" in body and "all_reduce  add" in body and \
-                re.search(r"vector\.store .*vector<8xbf16>", body):
+        reduced = ("all_reduce  maximumf" in body and "all_reduce  add" in body) or (
+            "gpu.dynamic_shared_memory" in body and "gpu.shuffle  xor" in body and
+            "arith.maximumf" in body)
+        if reduced and re.search(r"vector\.store .*vector<8xbf16>", body):
             return body
     return None
