@@ -34,12 +34,12 @@ the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
 each at the start of every update instead of carried as state (no ``latch-carry-casts``),
 ``-heldrows`` the loss's rows held in registers for its gradient instead of read again
-(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-rereadrows`` the
-loss's rows read again from memory for its gradient instead of kept in shared memory
-(``latch-wrap-host-compute{staged-rows=0}``, the seventh stop's form), ``-twolaunchsums``
-the full sums over several blocks (the clip's per-tensor sums of squares) finished by a
-second, one-block launch instead of their last block
-(``latch-wrap-host-compute{last-block-sums=false}``), ``-scalargathers``
+(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), and two steps *on*
+that are off by default until they are timed on the GPU: ``-stagedrows`` the loss's rows
+kept in dynamic shared memory for its gradient instead of read again
+(``latch-wrap-host-compute{staged-rows=98304}``), ``-lastblocksums`` the full sums over
+several blocks (the clip's per-tensor sums of squares) finished by their last block instead
+of a second launch (``latch-wrap-host-compute{last-block-sums=true}``); ``-scalargathers``
 the one-hot gathers reading a source row one element a load
 (``latch-form-contraction-kernels{gather-lanes=false}``), ``-readerapart`` the tied
 embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
@@ -95,8 +95,8 @@ OFF_SWITCHES = {
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
-    "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
-    "twolaunchsums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=false"),
+    "stagedrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=98304"),
+    "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",

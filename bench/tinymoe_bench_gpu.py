@@ -135,6 +135,13 @@ def latch_suffix(engine: str) -> str | None:
     return None
 
 
+def flat_loss(losses) -> bool:
+    """Whether a loss curve of at least 10 updates on the fixed batch never moved: the
+    updates did nothing (the non-finite guard skipped each one) — its time is not that of a
+    training update (results_table.py skips records marked ``invalid``)."""
+    return len(losses) >= 10 and max(losses) == min(losses)
+
+
 def runtime_env(engine: str) -> dict:
     """The environment a Latch engine's RUNTIME_SWITCHES set."""
     env = {}
@@ -417,6 +424,10 @@ def main() -> int:
                 losses = res.get("losses") or []
                 curve = (f"; loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} "
                          "updates" if losses else "")
+                if flat_loss(losses):     # no update took effect: not a training update
+                    rec["invalid"] = (f"the loss did not move over {len(losses)} updates "
+                                      "(every update skipped, e.g. non-finite gradients)")
+                    curve += " — INVALID: the loss did not move"
                 print(f"{tag} {engine:20s} median {res['median_ms']:9.3f} ms (min "
                       f"{res['min_ms']:.3f}, max {res['max_ms']:.3f}){curve};{extra}",
                       flush=True)

@@ -29,7 +29,7 @@ the return:
   (shuffles + shared memory after NVVM lowering) and thread 0 adds the total to the output; a larger sum
   runs on several blocks that store their partial sums, and the block that stores the last
   one (a ticket taken with an atomic add, between two ``membar.gl``) adds them up in a fixed
-  order in the same launch (``last-block-sums``; false: a second, one-block launch).  Other reductions without
+  order in the same launch (``last-block-sums``, default false: a second, one-block launch).  Other reductions without
   a parallel dimension take the serial path below.
 * A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
   gradient over the vocabulary) becomes one thread per output computing the term at
@@ -59,7 +59,7 @@ Rejected with a located error (the launch schedule cannot express them yet):
 A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, in place: it
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
-Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default true),
+Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
 ``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows`` (the fields below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
@@ -153,11 +153,14 @@ class WrapHostCompute(ModulePass):
     held_chunks: int = 0
     #: with ``finish-rows``, a row (not held in registers) of at most this many bytes is
     #: kept in dynamic shared memory between the online softmax's totals and its reader,
-    #: each thread reading back the chunks it stored (read from memory once); 0: read again
-    staged_rows: int = 96 * 1024
+    #: each thread reading back the chunks it stored (read from memory once); 0 (the
+    #: default until it is timed on the GPU: its first build overlapped the kernel's static
+    #: shared arrays there, see README "eighth stop"): read again.  TinyMoE: 98304
+    staged_rows: int = 0
     #: a full sum over several blocks finishes in its launch: the block that stores the
-    #: last partial sum adds them all (false: a second, one-block launch does)
-    last_block_sums: bool = True
+    #: last partial sum adds them all (false, the default until it is run on the GPU: a
+    #: second, one-block launch does)
+    last_block_sums: bool = False
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -1046,7 +1049,7 @@ def _sum_reduction(op):
 
 
 def _parallel_full_reductions(body, threads: int, chunks: bool = True,
-                              last_block: bool = True) -> None:
+                              last_block: bool = False) -> None:
     for op in list(body.operations):
         op = _op(op)
         found = _sum_reduction(op)
@@ -1060,7 +1063,7 @@ def _parallel_full_reductions(body, threads: int, chunks: bool = True,
 
 
 def _emit_block_reduction(op, found, maps, ranges, threads: int, chunks: bool = True,
-                          last_block: bool = True) -> None:
+                          last_block: bool = False) -> None:
     """Replace a sum reduction by ``gpu.launch``es of ``threads``-thread blocks: each thread
     sums a strided slice of the iteration space in a register and ``gpu.all_reduce add``
     combines a block's partial sums.  One block (up to ``_ONE_BLOCK_ITEMS`` elements) adds

@@ -38,3 +38,16 @@ def test_the_bench_runs_switched_builds_as_latch_engines():
     assert bench.latch_suffix("latch-padded-gridorder") == "-padded-gridorder"
     assert bench.latch_suffix("latch-nonsense") is None
     assert bench.latch_suffix("torch-eager") is None
+
+
+def test_a_loss_that_never_moves_marks_the_record_invalid():
+    """A Latch engine whose 50-update loss curve on the fixed batch never moves did no
+    update (the non-finite guard skipped each: the first staged-row build on the GPU); the
+    bench marks it invalid and the results table skips it.  A curve that moves, or one too
+    short to tell, is kept."""
+    import tinymoe_bench_gpu as bench
+
+    assert bench.flat_loss([10.5572] * 50)
+    assert not bench.flat_loss([10.5572] * 49 + [10.5571])
+    assert not bench.flat_loss([10.5572] * 5)
+    assert not bench.flat_loss([])

@@ -1,7 +1,7 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute)' | FileCheck %s
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute, latch-form-kernels)' | FileCheck %s --check-prefix=KERNELS
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute{chunks=false})' | FileCheck %s --check-prefix=STRIDED
-// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute{last-block-sums=false})' | FileCheck %s --check-prefix=TWO
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute{last-block-sums=true})' | FileCheck %s --check-prefix=LAST
 // Host code that touches buffers after bufferization (loads, stores, scalar math on loaded
 // values, 0-d updates, copies) is wrapped, in order, into one-iteration scf.parallel loops
 // (kernels with one working thread); full sum reductions become one-block gpu.launch ops; allocations between wrapped ops are hoisted in front; parallel linalg
@@ -390,43 +390,45 @@ func.func @select_filled_later(%w: memref<8xf32>, %acc: memref<8xf32>, %g: memre
 
 // -----
 // A large full sum (65536 elements) takes several blocks of 2048 (8 a thread): each
-// stores its block total in a scratch buffer; thread 0 fences (membar.gl) and takes a
-// ticket from a counter (an i32 atomic add; the counter an unshared slot, zero at start);
-// the block holding the last ticket fences again, sums the 32 totals in order into the
-// output (no float atomics) and puts the counter back to 0 — all in one launch.  With
-// last-block-sums=false a second, one-block launch sums the totals.
+// stores its block total in a scratch buffer, then one block sums the 32 totals in order
+// into the output (no atomics).  With last-block-sums=true it is one launch: thread 0
+// fences (membar.gl) and takes a ticket from a counter (an i32 atomic add; the counter an
+// unshared slot, zero at start); the block holding the last ticket fences again, sums the
+// 32 totals in the same order and puts the counter back to 0.
 #i1 = affine_map<(d0) -> (d0)>
 #o1 = affine_map<(d0) -> ()>
 // CHECK-LABEL: func.func @big_sum(
 // CHECK: %[[SCR:.*]] = memref.alloc() : memref<32xf32>
-// CHECK: %[[CNT:.*]] = memref.alloc() {latch.zero_at_start} : memref<1xi32>
 // CHECK: %[[G:c32[_0-9]*]] = arith.constant 32 : index
 // CHECK: gpu.launch blocks(%[[B:[a-z0-9_]+]], {{.*}}) in ({{.*}} = %[[G]],
 // CHECK:   gpu.all_reduce add
 // CHECK:   memref.store %{{.*}}, %[[SCR]][%[[B]]]
-// CHECK:   scf.if %{{.*}} -> (i32) {
-// CHECK-NEXT: nvvm.memory.barrier <gpu>
-// CHECK:     memref.atomic_rmw addi %{{.*}}, %[[CNT]]
-// CHECK:   %[[T:.*]] = gpu.all_reduce maxui
-// CHECK:   %[[LAST:.*]] = arith.cmpi eq, %[[T]], %c31_i32
-// CHECK:   scf.if %[[LAST]] {
-// CHECK-NEXT: nvvm.memory.barrier <gpu>
-// CHECK:     memref.load %[[SCR]][
-// CHECK:     gpu.all_reduce add
-// CHECK:     memref.load %arg1[]
-// CHECK:     memref.store %c0_i32, %[[CNT]]
-// CHECK-NOT: gpu.launch
+// CHECK-NOT: memref.atomic_rmw
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c1
+// CHECK:   memref.load %[[SCR]][
+// CHECK:   gpu.all_reduce add
+// CHECK:   memref.load %arg1[]
 // CHECK-NOT: linalg.generic
-// CHECK: return
-// TWO-LABEL: func.func @big_sum(
-// TWO: %[[SCR:.*]] = memref.alloc() : memref<32xf32>
-// TWO: gpu.launch blocks(%[[B:[a-z0-9_]+]], {{.*}}) in ({{.*}} = %c32
-// TWO:   memref.store %{{.*}}, %[[SCR]][%[[B]]]
-// TWO-NOT: memref.atomic_rmw
-// TWO: gpu.launch blocks({{.*}}) in ({{.*}} = %c1
-// TWO:   memref.load %[[SCR]][
-// TWO:   gpu.all_reduce add
-// TWO:   memref.load %arg1[]
+// LAST-LABEL: func.func @big_sum(
+// LAST: %[[SCR:.*]] = memref.alloc() : memref<32xf32>
+// LAST: %[[CNT:.*]] = memref.alloc() {latch.zero_at_start} : memref<1xi32>
+// LAST: %[[G:c32[_0-9]*]] = arith.constant 32 : index
+// LAST: gpu.launch blocks(%[[B:[a-z0-9_]+]], {{.*}}) in ({{.*}} = %[[G]],
+// LAST:   gpu.all_reduce add
+// LAST:   memref.store %{{.*}}, %[[SCR]][%[[B]]]
+// LAST:   scf.if %{{.*}} -> (i32) {
+// LAST-NEXT: nvvm.memory.barrier <gpu>
+// LAST:     memref.atomic_rmw addi %{{.*}}, %[[CNT]]
+// LAST:   %[[T:.*]] = gpu.all_reduce maxui
+// LAST:   %[[LAST:.*]] = arith.cmpi eq, %[[T]], %c31_i32
+// LAST:   scf.if %[[LAST]] {
+// LAST-NEXT: nvvm.memory.barrier <gpu>
+// LAST:     memref.load %[[SCR]][
+// LAST:     gpu.all_reduce add
+// LAST:     memref.load %arg1[]
+// LAST:     memref.store %c0_i32, %[[CNT]]
+// LAST-NOT: gpu.launch
+// LAST: return
 func.func @big_sum(%x: memref<65536xf32>, %out: memref<f32>) {
   linalg.generic {indexing_maps = [#i1, #o1], iterator_types = ["reduction"]}
       ins(%x : memref<65536xf32>) outs(%out : memref<f32>) {
