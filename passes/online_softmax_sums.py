@@ -447,10 +447,8 @@ def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
                             "vector.load", [ir.VectorType.get([_CHUNK], x_elt)],
                             [stage] + staged_at(j),
                             attributes={"alignment": _alignment(x_elt)}).result
-                        xs = [ir.Operation.create(
-                            "vector.extract", [x_elt], [vec],
-                            attributes={"static_position": ir.DenseI64ArrayAttr.get([u])}
-                        ).result for u in range(_CHUNK)]
+                        xs = [lane_of({block.arguments[0]: vec}, u)[block.arguments[0]]
+                              for u in range(_CHUNK)]
                     finish.chunk(chunk_base(j), offset, xs)
                     scf.YieldOp([])
         ir.Operation.create("gpu.terminator", [])

@@ -1153,23 +1153,11 @@ def _last_block_sum(tx, counter, scratch, blocks: int, threads: int, out, ftype)
         "gpu.all_reduce", [i32], [first.results[0]],
         attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op maxui>"),
                     "uniform": ir.UnitAttr.get()}, regions=1).result
-    last = ir.Operation.create("arith.cmpi", [ir.IntegerType.get_signless(1)],
-                               [ticket, i32c(blocks - 1)],
-                               attributes={"predicate": ir.IntegerAttr.get(
-                                   ir.IntegerType.get_signless(64), 0)}).result
-    finish = scf.IfOp(last)
+    finish = scf.IfOp(compare("eq", ticket, i32c(blocks - 1)))
     with ir.InsertionPoint(finish.then_block):
-        fence()
-        loop = scf.ForOp(tx, index_constant(blocks), index_constant(threads), [_zero(ftype)])
-        with ir.InsertionPoint(loop.body):
-            e = ir.Operation.create("memref.load", [ftype],
-                                    [scratch, loop.induction_variable]).result
-            scf.YieldOp([ir.Operation.create(_add_name(ftype), [ftype],
-                                             [loop.inner_iter_args[0], e]).result])
-        total = ir.Operation.create(
-            "gpu.all_reduce", [ftype], [loop.results[0]],
-            attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op add>"),
-                        "uniform": ir.UnitAttr.get()}, regions=1).result
+        fence()          # the partials summed exactly as the second, one-block launch would
+        total = _strided_total(None, None, None, [blocks], [scratch], blocks, 1, threads, 1,
+                               None, tx)
         store = scf.IfOp(compare("eq", tx, c0))
         with ir.InsertionPoint(store.then_block):
             _add_to(out, total, ftype)
@@ -1222,42 +1210,14 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
     from mlir import ir
     from mlir.dialects import gpu, scf
 
-    index = ir.IndexType.get()
-    if op is not None:
-        block, acc, add, summand = found
-        ftype = ir.MemRefType(op.operands[len(op.operands) - 1].type).element_type
-    else:
-        ftype = ir.MemRefType(ins[0].type).element_type
     c1 = index_constant(1)
     launch = gpu.LaunchOp((c1 if blocks == 1 else index_constant(blocks), c1, c1),
                           (index_constant(threads), c1, c1))
     lb = launch.regions[0].blocks[0]
     with ir.InsertionPoint(lb):
         bid, tx = lb.arguments[0], lb.arguments[3]
-        zero = _zero(ftype)
-        start = tx
-        if blocks > 1:
-            scaled = ir.Operation.create("arith.muli", [index], [bid, index_constant(threads)]).result
-            start = ir.Operation.create("arith.addi", [index], [scaled, tx]).result
-        loop = scf.ForOp(start, index_constant(total_iters // lanes),
-                         index_constant(blocks * threads), [zero])
-        with ir.InsertionPoint(loop.body):
-            linear = loop.induction_variable
-            partial = loop.inner_iter_args[0]
-            if lanes > 1:
-                first = ir.Operation.create("arith.muli", [index],
-                                            [linear, index_constant(lanes)]).result
-                scf.YieldOp([_chunk_at(block, acc, add, ins, maps, ranges, first, partial,
-                                       lanes)])
-            elif op is None:
-                e = ir.Operation.create("memref.load", [ftype], [ins[0], linear]).result
-                scf.YieldOp([ir.Operation.create(_add_name(ftype), [ftype], [partial, e]).result])
-            else:
-                scf.YieldOp([_body_at(block, acc, add, ins, maps, ranges, linear, partial)])
-        total = ir.Operation.create(
-            "gpu.all_reduce", [ftype], [loop.results[0]],
-            attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op add>"),
-                        "uniform": ir.UnitAttr.get()}, regions=1).result
+        total = _strided_total(op, found, maps, ranges, ins, total_iters, blocks, threads,
+                               lanes, bid, tx)
         if_op = scf.IfOp(compare("eq", tx, index_constant(0)))
         with ir.InsertionPoint(if_op.then_block):
             finish(bid, total)
@@ -1265,6 +1225,45 @@ def _launch_strided_sum(op, found, maps, ranges, ins, total_iters, blocks, threa
         if then is not None:
             then(tx)
         ir.Operation.create("gpu.terminator", [])
+
+
+def _strided_total(op, found, maps, ranges, ins, total_iters, blocks, threads, lanes, bid,
+                   tx):
+    """Inside a launch of ``blocks`` x ``threads`` (block ``bid``, thread ``tx``): the
+    thread's strided partial sum (:func:`_launch_strided_sum`) and ``gpu.all_reduce add``
+    of it over the block (the block's total, in every thread)."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    index = ir.IndexType.get()
+    if op is not None:
+        block, acc, add, summand = found
+        ftype = ir.MemRefType(op.operands[len(op.operands) - 1].type).element_type
+    else:
+        ftype = ir.MemRefType(ins[0].type).element_type
+    start = tx
+    if blocks > 1:
+        scaled = ir.Operation.create("arith.muli", [index], [bid, index_constant(threads)]).result
+        start = ir.Operation.create("arith.addi", [index], [scaled, tx]).result
+    loop = scf.ForOp(start, index_constant(total_iters // lanes),
+                     index_constant(blocks * threads), [_zero(ftype)])
+    with ir.InsertionPoint(loop.body):
+        linear = loop.induction_variable
+        partial = loop.inner_iter_args[0]
+        if lanes > 1:
+            first = ir.Operation.create("arith.muli", [index],
+                                        [linear, index_constant(lanes)]).result
+            scf.YieldOp([_chunk_at(block, acc, add, ins, maps, ranges, first, partial,
+                                   lanes)])
+        elif op is None:
+            e = ir.Operation.create("memref.load", [ftype], [ins[0], linear]).result
+            scf.YieldOp([ir.Operation.create(_add_name(ftype), [ftype], [partial, e]).result])
+        else:
+            scf.YieldOp([_body_at(block, acc, add, ins, maps, ranges, linear, partial)])
+    return ir.Operation.create(
+        "gpu.all_reduce", [ftype], [loop.results[0]],
+        attributes={"op": ir.Attribute.parse("#gpu<all_reduce_op add>"),
+                    "uniform": ir.UnitAttr.get()}, regions=1).result
 
 
 def _chunk_at(block, acc, add, ins, maps, ranges, first, partial, lanes: int):
