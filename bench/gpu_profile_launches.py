@@ -11,7 +11,11 @@ launch overhead), the critical path (the longest chain of launches through the m
 ``after`` lists, weighted by those times: what the update would take on unlimited streams
 with free launches), the time per kernel class (tensor-core contraction, SIMT contraction,
 one-block kernels, fused attention, other), and the ``--top`` slowest launches with grid
-and block.  The launches are enqueued in chunks behind a sleeping kernel, so the GPU never
+and block, each with the bytes its buffer arguments span (the manifest's ``arg_bytes``: a
+streaming kernel's traffic) over its time; then the kernel modules that lose the most time
+against the copy bandwidth measured in the same run (time − bytes / bandwidth, summed over
+their launches; contractions and attention left out: their floor is not the bandwidth).
+The launches are enqueued in chunks behind a sleeping kernel, so the GPU never
 waits for the host between two of them (a per-launch time is the kernel's, not Python's).
 Writes the same as JSON to $OUT/profile-<artifact>.json when $OUT is set.
 """
@@ -62,6 +66,50 @@ def kernel_class(launch, ptx_has_mma: dict) -> str:
     return "other"
 
 
+def measure_copy_gbs(torch, nbytes: int = 1 << 30, repeats: int = 5) -> float:
+    """GB/s of a device-to-device copy of ``nbytes`` (read + written), best of ``repeats``."""
+    a = torch.empty(nbytes // 4, device="cuda")
+    b = torch.empty_like(a)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        b.copy_(a)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end))
+    del a, b
+    return 2 * nbytes / best / 1e6
+
+
+def bandwidth_note(launch, ms: float) -> str:
+    nbytes = launch.spec.get("arg_bytes")
+    if not nbytes or ms <= 0:
+        return ""
+    return f", {nbytes / 1e6:.1f} MB at {nbytes / ms / 1e6:.0f} GB/s"
+
+
+def lost_to_bandwidth(launches, ms, copy_gbs: float, ptx_has_mma: dict) -> list:
+    """Per kernel module outside contractions and attention: its launches, time, argument
+    bytes, achieved GB/s and the time beyond ``bytes / copy_gbs``, most lost first."""
+    rows: dict = {}
+    for la, t in zip(launches, ms):
+        nbytes = la.spec.get("arg_bytes")
+        if nbytes is None or kernel_class(la, ptx_has_mma) in (
+                "contraction-mma", "contraction-simt", "attention"):
+            continue
+        r = rows.setdefault(la.spec["module"], {"module": la.spec["module"], "launches": 0,
+                                                "ms": 0.0, "bytes": 0})
+        r["launches"] += 1
+        r["ms"] += t
+        r["bytes"] += nbytes
+    for r in rows.values():
+        r["gbs"] = r["bytes"] / r["ms"] / 1e6 if r["ms"] > 0 else 0.0
+        r["lost_ms"] = r["ms"] - r["bytes"] / copy_gbs / 1e6
+        r["ms"] = round(r["ms"], 4)
+    return sorted(rows.values(), key=lambda r: -r["lost_ms"])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("artifact")
@@ -100,6 +148,8 @@ def main(argv=None) -> int:
             for k, i in enumerate(chunk):
                 per[i].append(events[k].elapsed_time(events[k + 1]))
     med = [statistics.median(t) for t in per]
+    copy_gbs = measure_copy_gbs(torch)
+    print(f"copy bandwidth measured in this run: {copy_gbs:.0f} GB/s")
     path = critical_path([la.spec.get("after") for la in launches], med)
     classes: dict[str, list] = {}
     for la, t in zip(launches, med):
@@ -121,19 +171,28 @@ def main(argv=None) -> int:
                     "grid": la.grid, "block": la.block,
                     "class": kernel_class(la, ptx_has_mma)})
         print(f"  #{i:5d} {med[i]:8.3f} ms {la.spec['module']:28s} grid {la.grid} "
-              f"block {la.block} {top[-1]['class']}")
+              f"block {la.block} {top[-1]['class']}{bandwidth_note(la, med[i])}")
+    lost = lost_to_bandwidth(launches, med, copy_gbs, ptx_has_mma)
+    if lost:
+        print(f"  time beyond the copy bandwidth ({copy_gbs:.0f} GB/s), by kernel module:")
+        for row in lost[:args.top]:
+            print(f"    {row['module']:28s} {row['launches']:4d} launches {row['ms']:8.3f} ms "
+                  f"for {row['bytes'] / 1e6:9.1f} MB: {row['gbs']:6.0f} GB/s, "
+                  f"{row['lost_ms']:7.3f} ms beyond")
     if os.environ.get("OUT"):
         name = os.path.basename(args.artifact)[:-len(".latch")]
         with open(os.path.join(os.environ["OUT"], f"profile-{name}.json"), "w") as f:
             every = [{"index": i, "ms": round(t, 4), "module": la.spec["module"],
                       "grid": la.grid, "block": la.block,
-                      "class": kernel_class(la, ptx_has_mma)}
+                      "class": kernel_class(la, ptx_has_mma),
+                      "arg_bytes": la.spec.get("arg_bytes")}
                      for i, (la, t) in enumerate(zip(launches, med))]
             json.dump({"artifact": args.artifact, "commit": os.environ.get("LATCH_COMMIT"),
                        "gpu": torch.cuda.get_device_name(), "total_ms": total,
                        "critical_path_ms": path[0] if path else None,
                        "critical_path": path[1] if path else None,
-                       "classes": classes, "top": top, "launches": every}, f)
+                       "classes": classes, "top": top, "copy_gbs": copy_gbs,
+                       "lost_to_bandwidth": lost, "launches": every}, f)
     return 0
 
 

@@ -33,13 +33,17 @@ a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``), `
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
 each at the start of every update instead of carried as state (no ``latch-carry-casts``),
-``-heldrows`` the loss's rows held in registers for its gradient instead of read again
-(``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), and two steps *on*
-that are off by default until they are timed on the GPU: ``-stagedrows`` the loss's rows
-kept in dynamic shared memory for its gradient instead of read again
-(``latch-wrap-host-compute{staged-rows=98304}``), ``-lastblocksums`` the full sums over
-several blocks (the clip's per-tensor sums of squares) finished by their last block instead
-of a second launch (``latch-wrap-host-compute{last-block-sums=true}``); ``-scalargathers``
+``-heldrows`` the loss's rows held in registers for its gradient instead of kept in shared
+memory (``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-rereadrows``
+the loss's rows read again from memory for its gradient (``latch-wrap-host-compute{staged-rows=0}``,
+the default before the ninth stop), ``-splitstores`` elementwise kernels that read bf16 beside
+f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-stores=false}``,
+the default before the ninth stop), and one step *on* that is off by default:
+``-lastblocksums`` the full sums over several blocks (the clip's per-tensor sums of squares)
+finished by their last block instead of a second launch
+(``latch-wrap-host-compute{last-block-sums=true}``: slower on the H100); ``-perthread2``,
+``-perthread1`` elementwise kernels running at most 2 (1) vector iterations a thread instead
+of 4 (``latch-map-parallel-loops{per-thread=2}``: fewer registers, more threads resident); ``-scalargathers``
 the one-hot gathers reading a source row one element a load
 (``latch-form-contraction-kernels{gather-lanes=false}``), ``-readerapart`` the tied
 embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
@@ -89,13 +93,16 @@ OFF_SWITCHES = {
     "unfused": ("latch-form-kernels", "latch-fuse-rows", None),
     "reuse0": ("latch-bufferize", "latch-plan-memory", "reuse-distance=0"),
     "widelanes": ("latch-form-kernels", "latch-map-parallel-loops", "narrow-lanes=false"),
+    "splitstores": ("latch-form-kernels", "latch-map-parallel-loops", "whole-stores=false"),
+    "perthread2": ("latch-form-kernels", "latch-map-parallel-loops", "per-thread=2"),
+    "perthread1": ("latch-form-kernels", "latch-map-parallel-loops", "per-thread=1"),
     "arangebuffers": ("latch-bufferize", "latch-recompute-elementwise", "aranges=false"),
     "stridedsums": ("latch-form-kernels", "latch-wrap-host-compute", "chunks=false"),
     "serialsums": ("latch-form-kernels", "latch-split-integer-sums", "chains=1"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
-    "stagedrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=98304"),
+    "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),

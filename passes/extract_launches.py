@@ -440,8 +440,12 @@ def _launch(op, consts, loc, span, fname, unordered=None) -> dict:
         else:
             raise LatchError(f"@{fname}: argument {i} ({v.type}) of kernel {mod}::{fn} is "
                              "computed on the host at run time; the schedule needs constants")
+    # the bytes its buffer arguments span: a streaming kernel's traffic when each is read or
+    # written once (what gpu_profile_launches divides by the time for a kernel's bandwidth)
+    arg_bytes = sum(hi - lo for _, lo, hi in ranges)
     return {"module": mod, "kernel": fn, "grid": grid, "block": block,
-            "shared_bytes": shared_bytes, "args": args}, ranges, arg_numbers
+            "shared_bytes": shared_bytes, "args": args, "arg_bytes": arg_bytes}, \
+        ranges, arg_numbers
 
 
 def _kernel_functions(module) -> dict:

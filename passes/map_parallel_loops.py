@@ -30,7 +30,9 @@ elementwise update); otherwise the iterations run one after another.
 **Vector lanes** (``vector``, default on; ``passes/vector_lanes.py``).  When the fastest
 loop walks the contiguous last dimension of every buffer the body touches, each of those
 iterations becomes ``V`` consecutive ones (16 bytes of the narrowest element: 4 for f32, 8
-for bf16, 8 for bf16 read with f32; ``narrow-lanes=false``: of the widest): one
+for bf16, 8 for bf16 read with f32 — but at most 16 bytes of every element stored,
+``whole-stores``, so a bf16 gradient beside f32 state stored takes 4; ``narrow-lanes=false``:
+16 bytes of the widest): one
 ``vector.load``/``vector.store`` per buffer instead of ``V`` scalar accesses,
 the arithmetic cloned per lane, lane-independent values (other loops' index math, a
 per-row scale, a fill's constant) computed once.  The iteration space is then counted in
@@ -40,7 +42,7 @@ Loops with non-constant bounds or a nested ``scf.parallel`` are left to the upst
 that follow in ``latch-form-kernels``.  Options: ``block`` (thread-block shape, default
 ``32,8``; its product is the number of threads per block), ``per-thread`` (most iterations
 per thread, 1 for one), ``min-blocks``, ``vector`` (bool, default true), ``narrow-lanes``
-(bool, default true).
+(bool, default true), ``whole-stores`` (bool, default true).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(func.func(convert-linalg-to-parallel-loops), latch-map-parallel-loops)'``
 """
@@ -79,6 +81,7 @@ class MapParallelLoops(ModulePass):
     min_blocks: int = 2048
     vector: bool = True
     narrow_lanes: bool = True
+    whole_stores: bool = True
 
     def apply(self, module) -> None:
         threads = math.prod(self.block)
@@ -89,7 +92,7 @@ class MapParallelLoops(ModulePass):
                 inner = _op(inner)
                 if inner.name == "scf.parallel":
                     _map(inner, threads, self.per_thread, self.min_blocks, self.vector,
-                         self.narrow_lanes)
+                         self.narrow_lanes, self.whole_stores)
 
 
 # ops a straight-line body may hold for several iterations per thread
@@ -140,7 +143,7 @@ def _load_slice(ops) -> list:
 
 
 def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = False,
-         narrow: bool = True) -> None:
+         narrow: bool = True, whole_stores: bool = True) -> None:
     from mlir import ir
     from mlir.dialects import scf
 
@@ -162,8 +165,8 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = F
     body = par.regions[0].blocks[0]
     ops = [_op(o) for o in body.operations if _op(o).name != "scf.reduce"]
     straight = _straight_line(ops)
-    lanes = vector_width(ops, body.arguments[0], counts[0], *bounds[0][::2], narrow=narrow) \
-        if straight and vector else 1
+    lanes = vector_width(ops, body.arguments[0], counts[0], *bounds[0][::2], narrow=narrow,
+                         whole_stores=whole_stores) if straight and vector else 1
     if lanes > 1:        # the fastest loop counted in vectors of `lanes` iterations
         counts = [counts[0] // lanes] + counts[1:]
         bounds = [(0, counts[0], 1)] + bounds[1:]

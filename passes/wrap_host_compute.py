@@ -153,13 +153,15 @@ class WrapHostCompute(ModulePass):
     held_chunks: int = 0
     #: with ``finish-rows``, a row (not held in registers) of at most this many bytes is
     #: kept in dynamic shared memory between the online softmax's totals and its reader,
-    #: each thread reading back the chunks it stored (read from memory once); 0 (the
-    #: default until it is timed on the GPU: its first build overlapped the kernel's static
-    #: shared arrays there, see README "eighth stop"): read again.  TinyMoE: 98304
-    staged_rows: int = 0
+    #: each thread reading back the chunks it stored (read from memory once); 0: read
+    #: again.  TinyMoE (rows of 32768 bf16, 64 KiB) on an H100: B32 59.37 -> 58.97 ms, B2
+    #: 6.715 -> 6.689 (tinymoe_bench-20261206T022012Z.json)
+    staged_rows: int = 96 * 1024
     #: a full sum over several blocks finishes in its launch: the block that stores the
-    #: last partial sum adds them all (false, the default until it is run on the GPU: a
-    #: second, one-block launch does)
+    #: last partial sum adds them all (false, the default: a second, one-block launch
+    #: does).  Timed on an H100 with staged rows: TinyMoE B2 6.689 -> 6.759 ms, B32
+    #: 58.97 -> 59.19 (slower: the ticket's fences and atomics on every block cost more
+    #: than the one-block launch they save; tinymoe_bench-20261206T022012Z.json)
     last_block_sums: bool = False
 
     def apply(self, module) -> None:

@@ -15,7 +15,8 @@ import pytest
 from simt import Simt
 
 
-def run_mapped(text: str, args, per_thread: int, vector: bool = False, narrow: bool = True):
+def run_mapped(text: str, args, per_thread: int, vector: bool = False, narrow: bool = True,
+               whole_stores: bool = True):
     from mlir import ir
 
     import latch.dialect
@@ -27,7 +28,8 @@ def run_mapped(text: str, args, per_thread: int, vector: bool = False, narrow: b
         m = ir.Module.parse(text)
         run_pipeline(m, "builtin.module(latch-map-parallel-loops{"
                         f"per-thread={per_thread} min-blocks=1 vector={str(vector).lower()} "
-                        f"narrow-lanes={str(narrow).lower()}}}"
+                        f"narrow-lanes={str(narrow).lower()} "
+                        f"whole-stores={str(whole_stores).lower()}}}"
                         ",canonicalize,cse)")
         kernel = str(m)
         assert "scf.parallel" not in kernel and "gpu.launch" in kernel
@@ -326,9 +328,21 @@ def test_vector_lanes_of_mixed_widths_stop_at_eight():
     m = rng.integers(0, 2, (4, 64)).astype(np.int8)
     x = rng.standard_normal((4, 64)).astype(np.float32)
     kernel, (_, _, y) = run_mapped(MASKED, [m, x, np.zeros((4, 64), np.float32)], 1,
-                                   vector=True)
+                                   vector=True, whole_stores=False)
     np.testing.assert_array_equal(y, np.where(m == 1, x, 0.0))
     assert "vector<8xi8>" in kernel and "vector<8xf32>" in kernel and "vector<16x" not in kernel
+
+
+def test_vector_lanes_store_whole_sixteen_bytes():
+    """The default caps the lanes at 16 bytes of every element stored: the f32 result takes
+    4 lanes (one 16-byte store a thread), the i8 mask is read 4 bytes a load."""
+    rng = np.random.default_rng(9)
+    m = rng.integers(0, 2, (4, 64)).astype(np.int8)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    kernel, (_, _, y) = run_mapped(MASKED, [m, x, np.zeros((4, 64), np.float32)], 1,
+                                   vector=True)
+    np.testing.assert_array_equal(y, np.where(m == 1, x, 0.0))
+    assert "vector<4xi8>" in kernel and "vector<4xf32>" in kernel and "vector<8x" not in kernel
 
 
 # the fastest loop's index as a value (an arange recomputed where it is read: a one-hot

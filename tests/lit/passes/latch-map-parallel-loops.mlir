@@ -2,6 +2,7 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{block=64 vector=false})' | FileCheck %s --check-prefix=B64
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{per-thread=4 min-blocks=1 vector=false},canonicalize,cse)' | FileCheck %s --check-prefix=E4
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{min-blocks=1},canonicalize,cse)' | FileCheck %s --check-prefix=VEC
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{min-blocks=1 whole-stores=false},canonicalize,cse)' | FileCheck %s --check-prefix=SPLIT
 // Each top-level scf.parallel with constant bounds becomes one 1-D gpu.launch over its
 // flattened iteration space, the first loop varying fastest; lower bounds and steps are
 // applied after the split; threads past the end are masked.  Here (1..10 step 3) x
@@ -185,6 +186,57 @@ func.func @bf16_rows(%x: memref<12x4096xbf16>, %y: memref<12x4096xbf16>) {
     %v = memref.load %x[%i, %j] : memref<12x4096xbf16>
     %w = arith.negf %v : bf16
     memref.store %w, %y[%i, %j] : memref<12x4096xbf16>
+    scf.reduce
+  }
+  return
+}
+
+// -----
+// An optimizer-like body: a bf16 gradient read beside f32 state that is read and stored.
+// Lanes are set by the narrowest element (bf16: 8) only as far as every store stays one
+// 16-byte access: the f32 stores allow 4 lanes (a warp's store then covers 512 contiguous
+// bytes; with 8 lanes each thread would store 32 bytes in two pieces, every store
+// instruction writing half of each 32-byte sector it touches).  whole-stores=false: 8.
+// VEC-LABEL: func.func @state_step(
+// VEC: vector.load %{{.*}} : memref<4096xbf16>, vector<4xbf16>
+// VEC: vector.load %{{.*}} : memref<4096xf32>, vector<4xf32>
+// VEC: vector.store %{{.*}} : memref<4096xf32>, vector<4xf32>
+// VEC-NOT: vector<8x
+// SPLIT-LABEL: func.func @state_step(
+// SPLIT: vector.load %{{.*}} : memref<4096xbf16>, vector<8xbf16>
+// SPLIT: vector.load %{{.*}} : memref<4096xf32>, vector<8xf32>
+// SPLIT: vector.store %{{.*}} : memref<4096xf32>, vector<8xf32>
+// E4-LABEL: func.func @state_step(
+func.func @state_step(%g: memref<4096xbf16>, %m: memref<4096xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4096 = arith.constant 4096 : index
+  scf.parallel (%i) = (%c0) to (%c4096) step (%c1) {
+    %a = memref.load %g[%i] : memref<4096xbf16>
+    %b = memref.load %m[%i] : memref<4096xf32>
+    %ae = arith.extf %a : bf16 to f32
+    %s = arith.addf %ae, %b : f32
+    memref.store %s, %m[%i] : memref<4096xf32>
+    scf.reduce
+  }
+  return
+}
+
+// -----
+// A bf16 result from f32 inputs keeps 8 lanes: its store is 16 bytes; the f32 loads take
+// two pieces each (the second half of each sector is then read from L1).
+// VEC-LABEL: func.func @round_rows(
+// VEC: vector.load %{{.*}} : memref<4096xf32>, vector<8xf32>
+// VEC: vector.store %{{.*}} : memref<4096xbf16>, vector<8xbf16>
+// E4-LABEL: func.func @round_rows(
+func.func @round_rows(%x: memref<4096xf32>, %y: memref<4096xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4096 = arith.constant 4096 : index
+  scf.parallel (%i) = (%c0) to (%c4096) step (%c1) {
+    %a = memref.load %x[%i] : memref<4096xf32>
+    %r = arith.truncf %a : f32 to bf16
+    memref.store %r, %y[%i] : memref<4096xbf16>
     scf.reduce
   }
   return

@@ -1,12 +1,12 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(convert-linalg-to-parallel-loops), latch-register-accumulators, latch-unroll-short-loops)' | FileCheck %s
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute, func.func(convert-linalg-to-parallel-loops), latch-register-accumulators, latch-unroll-short-loops, latch-map-parallel-loops{block=32,8})' | FileCheck %s --check-prefix=LANES
-// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute, func.func(convert-linalg-to-parallel-loops), latch-register-accumulators, latch-unroll-short-loops, latch-map-parallel-loops{block=32,8 narrow-lanes=false})' | FileCheck %s --check-prefix=WIDE
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute, func.func(convert-linalg-to-parallel-loops), latch-register-accumulators, latch-unroll-short-loops, latch-map-parallel-loops{block=32,8 whole-stores=false})' | FileCheck %s --check-prefix=SPLIT
 // A router's input gradient, x += g @ W over 4 experts: the reduction loop over the experts
 // is unrolled (the accumulator chained through the four terms, in order), so the body is
 // straight-line and latch-map-parallel-loops (after latch-wrap-host-compute has put the
-// unit-stride loop first) gives it vector lanes: 8, so that the bf16 weights move 16 bytes an
-// access (the f32 accumulators 32, two pieces); with narrow-lanes=false 4, every access at
-// most 16 bytes (the weights 8).
+// unit-stride loop first) gives it vector lanes: 4, so that the f32 accumulators it stores
+// move 16 bytes a store (the bf16 weights 8 a load); with whole-stores=false 8, so that the
+// weights move 16 bytes a load and the accumulators 32 (two pieces a store).
 // A loop longer than max-trips (8) stays a loop.
 
 #x = affine_map<(t, d, e) -> (t, d)>
@@ -22,13 +22,13 @@
 // CHECK: %[[T3:.*]] = arith.addf %[[T2]], %{{.*}} : f32
 // CHECK-NEXT: memref.store %[[T3]]
 // LANES-LABEL: func.func @router_grad(
-// LANES: vector.load %{{.*}} : memref<64x128xf32>, vector<8xf32>
-// LANES: vector.load %{{.*}} : memref<4x128xbf16>, vector<8xbf16>
-// LANES: vector.store %{{.*}} : memref<64x128xf32>, vector<8xf32>
-// WIDE-LABEL: func.func @router_grad(
-// WIDE: vector.load %{{.*}} : memref<64x128xf32>, vector<4xf32>
-// WIDE: vector.load %{{.*}} : memref<4x128xbf16>, vector<4xbf16>
-// WIDE: vector.store %{{.*}} : memref<64x128xf32>, vector<4xf32>
+// LANES: vector.load %{{.*}} : memref<64x128xf32>, vector<4xf32>
+// LANES: vector.load %{{.*}} : memref<4x128xbf16>, vector<4xbf16>
+// LANES: vector.store %{{.*}} : memref<64x128xf32>, vector<4xf32>
+// SPLIT-LABEL: func.func @router_grad(
+// SPLIT: vector.load %{{.*}} : memref<64x128xf32>, vector<8xf32>
+// SPLIT: vector.load %{{.*}} : memref<4x128xbf16>, vector<8xbf16>
+// SPLIT: vector.store %{{.*}} : memref<64x128xf32>, vector<8xf32>
 func.func @router_grad(%x: memref<64x128xf32>, %g: memref<64x4xbf16>, %w: memref<4x128xbf16>) {
   linalg.generic {indexing_maps = [#g, #w, #x], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%g, %w : memref<64x4xbf16>, memref<4x128xbf16>) outs(%x : memref<64x128xf32>) {
