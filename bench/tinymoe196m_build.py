@@ -41,7 +41,10 @@ f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-s
 the default before the ninth stop), and one step *on* that is off by default:
 ``-lastblocksums`` the full sums over several blocks (the clip's per-tensor sums of squares)
 finished by their last block instead of a second launch
-(``latch-wrap-host-compute{last-block-sums=true}``: slower on the H100); ``-perthread2``,
+(``latch-wrap-host-compute{last-block-sums=true}``: slower on the H100), the on-switch
+``-deepunroll`` row reductions of a block per output on few blocks (the MoE's per-expert
+counts) unrolled 16 times instead of 4 (``latch-wrap-host-compute{few-rows-unroll=16}``, not
+yet timed); ``-perthread2``,
 ``-perthread1`` elementwise kernels running at most 2 (1) vector iterations a thread instead
 of 4 (``latch-map-parallel-loops{per-thread=2}``: fewer registers, more threads resident); ``-scalargathers``
 the one-hot gathers reading a source row one element a load
@@ -104,6 +107,7 @@ OFF_SWITCHES = {
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
     "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
+    "deepunroll": ("latch-form-kernels", "latch-wrap-host-compute", "few-rows-unroll=16"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",

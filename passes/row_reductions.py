@@ -32,7 +32,9 @@ dimension:
 Each thread's strided loop is unrolled ``_UNROLL`` times (the same elements in the same
 order, one accumulator chain: the loads of the copies are independent, so several are in
 flight at once instead of one load per loop trip), with a remainder loop when the trip
-count does not divide.  Loop indices are recovered from linear numbers with ``affine.apply``
+count does not divide; ``few-rows-unroll`` times (a ``latch-wrap-host-compute`` option, off
+by default until timed) when a block per output leaves most SMs idle (fewer blocks than
+``FEW_BLOCKS``: the kernel's loads in flight are those few blocks').  Loop indices are recovered from linear numbers with ``affine.apply``
 (see :func:`_split`), so the divisors stay compile-time constants of the kernel.  The combining order is fixed by the shapes, so results are
 deterministic (a tree instead of a left-to-right chain: at least as accurate).
 
@@ -254,10 +256,11 @@ def match_row_reduction(op):
     return info
 
 
-def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True) -> int:
+def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
+                               few_rows_unroll: int = 0) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
-    ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`);
-    returns how many were replaced."""
+    ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`;
+    ``few_rows_unroll``: see :func:`_unroll_of`); returns how many were replaced."""
     n = 0
     ops = [_op(o) for o in body.operations]
     erased = set()
@@ -273,7 +276,7 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True) -
             at = _finalizer(op, found, ops, k) if finish else None
             if at is not None:
                 hoist_definition(ops[at].operands[1], op)
-            _emit(op, found, ops[at] if at is not None else None, chunks)
+            _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll)
             if at is not None:
                 ops[at].erase()
                 erased.add(at)
@@ -426,22 +429,22 @@ def _chunk_fn(op, info, dims, v: int):
     return chunk
 
 
-def _strided_partial(start, n: int, step: int, init, element):
+def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNROLL):
     """Combine elements ``start, start + step, ... < n`` (in that order, one chain) into
-    ``init``: a loop unrolled ``_UNROLL`` times over the part every thread walks the same
+    ``init``: a loop unrolled ``unroll`` times over the part every thread walks the same
     number of times, then a remainder loop."""
     from mlir import ir
     from mlir.dialects import scf
 
     index = ir.IndexType.get()
-    per = step * _UNROLL
+    per = step * unroll
     n_main = (n // per) * per
     acc = init
     if n_main:
         loop = scf.ForOp(start, index_constant(n_main), index_constant(per), [acc])
         with ir.InsertionPoint(loop.body):
             k, a = loop.induction_variable, loop.inner_iter_args[0]
-            for j in range(_UNROLL):
+            for j in range(unroll):
                 kj = k if j == 0 else ir.Operation.create(
                     "arith.addi", [index], [k, index_constant(j * step)]).result
                 a = element(kj, a)
@@ -519,7 +522,24 @@ def _row_chunk(op, info, group: int) -> int:
     return v
 
 
-def _emit(op, info, finish=None, chunks: bool = True) -> None:
+#: fewer blocks than this leave SMs idle (the H200 has 132): each block's loads in flight
+#: are then the kernel's (TinyMoE's per-expert counts: 8 blocks, one per expert, each
+#: reading 65,536 ids 4 vectors at a time, 20 us a launch at B32 for 4.2 MB)
+FEW_BLOCKS = 132
+
+
+def _unroll_of(n_blocks: int, per_block: int, few_rows_unroll: int, trips: int) -> int:
+    """Copies of the body per trip of a thread's strided loop (``trips`` elements or chunks
+    a thread): ``few_rows_unroll`` for a launch of a block per output with fewer than
+    FEW_BLOCKS blocks whose threads walk at least that many (more independent loads in
+    flight a thread; the same elements in the same order), else ``_UNROLL``."""
+    if few_rows_unroll > _UNROLL and per_block == 1 and n_blocks < FEW_BLOCKS and \
+            trips >= few_rows_unroll:
+        return few_rows_unroll
+    return _UNROLL
+
+
+def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -556,13 +576,16 @@ def _emit(op, info, finish=None, chunks: bool = True) -> None:
         _split(row, par, ranges, dims)
         start = _identity(info)
         v = _row_chunk(op, info, group) if chunks else 1
+        unroll = _unroll_of(-(-n_out // per_block), per_block, few_rows_unroll,
+                            n_red // (group * v))
         if v > 1:                   # lane l: chunks of v from v*l on, 16 bytes a load
             first = ir.Operation.create("arith.muli", [index],
                                         [lane, index_constant(v)]).result
             partial = _strided_partial(first, n_red, group * v, start,
-                                       _chunk_fn(op, info, dims, v))
+                                       _chunk_fn(op, info, dims, v), unroll)
         else:
-            partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims))
+            partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims),
+                                       unroll)
         if per_block == 1:
             kind = (_LOGICAL if info.logical else _COMBINERS)[info.comb.name][0]
             total = _narrow(block_all_reduce(_widen(partial, info), kind), info)

@@ -60,7 +60,8 @@ A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, i
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
-``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows`` (the fields below).
+``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``few-rows-unroll`` (the fields
+below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-wrap-host-compute, latch-form-kernels)'``
@@ -163,6 +164,10 @@ class WrapHostCompute(ModulePass):
     #: 58.97 -> 59.19 (slower: the ticket's fences and atomics on every block cost more
     #: than the one-block launch they save; tinymoe_bench-20261206T022012Z.json)
     last_block_sums: bool = False
+    #: a row reduction of a block per output launched on fewer blocks than the GPU has
+    #: SMs unrolls each thread's loop this many times (more loads in flight); 0 (the
+    #: default until it is timed on the GPU): 4, as every other
+    few_rows_unroll: int = 0
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -179,7 +184,8 @@ class WrapHostCompute(ModulePass):
                 collapse_one_hot_reductions(body)
                 fuse_online_softmax_sums(body, self.chunks, self.finish_rows,
                                          self.held_chunks, self.staged_rows)
-                cooperative_row_reductions(body, self.finish_rows, self.chunks)
+                cooperative_row_reductions(body, self.finish_rows, self.chunks,
+                                           self.few_rows_unroll)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)

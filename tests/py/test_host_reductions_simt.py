@@ -291,6 +291,48 @@ def test_short_rows_take_groups_of_lanes(n, lanes):
     assert float((got - ref).norm() / ref.norm()) < 1e-6
 
 
+@pytest.mark.parametrize("rows,n,deep", [(8, 40960, True), (8, 8192, False),
+                                         (200, 40960, False)])
+def test_few_long_rows_unroll_deeper(rows, n, deep):
+    """A block per output on fewer blocks than the GPU has SMs (8 rows of 40,960: the MoE's
+    per-expert counts) unrolls each thread's loop ``few-rows-unroll`` times instead of 4
+    (16 chunks of 16 bytes in flight a thread) — not when its threads walk fewer chunks
+    than that (8,192: 4 a thread) or when the launch fills the GPU (200 rows).  The same
+    elements in the same order: bitwise the totals of the default."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    text = ROWS_TEXT.replace("ROWS", str(rows)).replace("xNx", f"x{n}x")
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(rows, n, generator=g).bfloat16()
+    y = torch.randn(rows, n, generator=g).bfloat16()
+    o = torch.randn(rows, generator=g)
+    got, steps = {}, {}
+    for unroll in (0, 16):
+        ctx = ir.Context()
+        latch.dialect.load(ctx)
+        with ctx, ir.Location.unknown():
+            m = ir.Module.parse(text)
+            run_pipeline(m, f"builtin.module(latch-wrap-host-compute{{few-rows-unroll={unroll}}})")
+            host = str(m).split("gpu.module")[0]
+            assert re.search(r"threads\(.*\) in \(%\w+ = %c256, %\w+ = %c1\w*,", host)
+            steps[unroll] = host.count("vector.load %arg0")   # chunks a loop trip reads
+            sim = Simt(m)
+            sim.run([x.float().numpy(), y.float().numpy(), o.numpy()])
+            got[unroll] = np.asarray(sim.arguments[2]).copy()
+
+    def loads(unroll):          # copies of the body, + the remainder loop's when there is one
+        per = 256 * 8 * unroll                # 256 threads, 8 bf16 a chunk
+        return unroll + (n % per != 0)
+    assert steps[0] == loads(4)
+    assert steps[16] == loads(16 if deep else 4)
+    np.testing.assert_array_equal(got[16], got[0])
+    ref = o.double() + (x * y).double().sum(1)
+    assert float((torch.from_numpy(got[16].astype(np.float64)) - ref).norm() / ref.norm()) < 1e-5
+
+
 # RMSNorm's statistics: a row sum of squares into a zero fill, then rsqrt(sum / n + eps)
 # of each total; the warp that stores a total also stores the finished value (one launch),
 # and the totals stay written for later readers (the backward reads them again).
