@@ -44,7 +44,8 @@ finished by their last block instead of a second launch
 (``latch-wrap-host-compute{last-block-sums=true}``: slower on the H100), the on-switch
 ``-deepunroll`` row reductions of a block per output on few blocks (the MoE's per-expert
 counts) unrolled 16 times instead of 4 (``latch-wrap-host-compute{few-rows-unroll=16}``, not
-yet timed); ``-perthread2``,
+yet timed), the on-switch ``-classsums`` the routing rank's count as one thread per row of
+experts (``latch-wrap-host-compute{class-sums=true}``, not yet timed); ``-perthread2``,
 ``-perthread1`` elementwise kernels running at most 2 (1) vector iterations a thread instead
 of 4 (``latch-map-parallel-loops{per-thread=2}``: fewer registers, more threads resident); ``-scalargathers``
 the one-hot gathers reading a source row one element a load
@@ -108,6 +109,7 @@ OFF_SWITCHES = {
     "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "deepunroll": ("latch-form-kernels", "latch-wrap-host-compute", "few-rows-unroll=16"),
+    "classsums": ("latch-form-kernels", "latch-wrap-host-compute", "class-sums=true"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",

@@ -31,6 +31,9 @@ the return:
   one (a ticket taken with an atomic add, between two ``membar.gl``) adds them up in a fixed
   order in the same launch (``last-block-sums``, default false: a second, one-block launch).  Other reductions without
   a parallel dimension take the serial path below.
+* An integer sum split by a class, ``sum_k L[b, k] * [x[t, k] == s[e]]`` (a MoE's routing
+  rank), becomes one thread per ``(b, t)`` keeping the accumulators of all the classes
+  (``passes/class_sums.py``; ``class-sums``, default false until timed).
 * A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
   gradient over the vocabulary) becomes one thread per output computing the term at
   ``k = t(o)`` (``passes/one_hot_reductions.py``), before the row reductions below.
@@ -60,8 +63,8 @@ A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, i
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
-``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``few-rows-unroll`` (the fields
-below).
+``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``few-rows-unroll``,
+``class-sums`` (the fields below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-wrap-host-compute, latch-form-kernels)'``
@@ -75,6 +78,7 @@ from latch.passes.base import ModulePass, defining_op, function_definitions, ope
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
                                        index_constant, load_inputs, loop_ranges)
 from latch.passes.buffer_views import VIEW_OPS
+from latch.passes.class_sums import rewrite_class_sums
 from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
 from latch.passes.online_softmax_sums import fuse_online_softmax_sums
@@ -168,6 +172,11 @@ class WrapHostCompute(ModulePass):
     #: SMs unrolls each thread's loop this many times (more loads in flight); 0 (the
     #: default until it is timed on the GPU): 4, as every other
     few_rows_unroll: int = 0
+    #: integer sums split by a class (a MoE's routing rank: ``sum_k L[b,k] [x[t,k] ==
+    #: s[e]]``) as one thread per row of classes, keeping every class's accumulator
+    #: (passes/class_sums.py); false (the default until it is timed on the GPU): a thread
+    #: per output
+    class_sums: bool = False
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -181,6 +190,8 @@ class WrapHostCompute(ModulePass):
             _rewrite_copies(body)
             _reductions_innermost(body)
             if self.reduce_threads > 0:
+                if self.class_sums:
+                    rewrite_class_sums(body)
                 collapse_one_hot_reductions(body)
                 fuse_online_softmax_sums(body, self.chunks, self.finish_rows,
                                          self.held_chunks, self.staged_rows)
