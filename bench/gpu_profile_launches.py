@@ -66,22 +66,6 @@ def kernel_class(launch, ptx_has_mma: dict) -> str:
     return "other"
 
 
-def measure_copy_gbs(torch, nbytes: int = 1 << 30, repeats: int = 5) -> float:
-    """GB/s of a device-to-device copy of ``nbytes`` (read + written), best of ``repeats``."""
-    a = torch.empty(nbytes // 4, device="cuda")
-    b = torch.empty_like(a)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        b.copy_(a)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end))
-    del a, b
-    return 2 * nbytes / best / 1e6
-
-
 def bandwidth_note(launch, ms: float) -> str:
     nbytes = launch.spec.get("arg_bytes")
     if not nbytes or ms <= 0:
@@ -121,6 +105,7 @@ def main(argv=None) -> int:
 
     import latch
     from bf16_probe_build import make
+    from tinymoe_bench_gpu import measure_copy_gbs
 
     model, example = make(args.model)
     prog = latch.load(args.artifact)
@@ -148,7 +133,7 @@ def main(argv=None) -> int:
             for k, i in enumerate(chunk):
                 per[i].append(events[k].elapsed_time(events[k + 1]))
     med = [statistics.median(t) for t in per]
-    copy_gbs = measure_copy_gbs(torch)
+    copy_gbs = measure_copy_gbs()
     print(f"copy bandwidth measured in this run: {copy_gbs:.0f} GB/s")
     path = critical_path([la.spec.get("after") for la in launches], med)
     classes: dict[str, list] = {}

@@ -1,6 +1,6 @@
 """One optimizer kernel of a Latch artifact, alone, against kernels of the same I/O (GPU side).
 
-    PYTHONPATH=. python bench/optimizer_kernel_gpu.py \
+    LATCH_COMMIT=$(git rev-parse HEAD) PYTHONPATH=. python bench/optimizer_kernel_gpu.py \
         --kernel update_kernel_808:6291456 --kernel update_kernel_802:25165824 \
         bench/artifacts/tinymoe196m/tinymoe196m-b32-bf16.latch \
         bench/artifacts/tinymoe196m/tinymoe196m-b32-bf16-splitstores.latch
@@ -25,28 +25,22 @@ import datetime
 import json
 import os
 import re
-import subprocess
 import sys
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
 def median_ms(torch, fn, n: int = 30) -> float:
+    """Median ms of ``n`` timed calls of ``fn`` after three warm-up calls."""
+    from tinymoe_bench_gpu import events_ms
+
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+    return events_ms(fn, n)["median_ms"]
 
 
 def artifact_kernel(torch, dev, path: str, module: str, elements: int):
@@ -108,13 +102,8 @@ def main(argv=None) -> int:
 
     dev = D.Device.get(0)
     triton, adamw = triton_adamw()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "commit": os.environ.get("LATCH_COMMIT") or commit or "unknown",
+           "commit": os.environ.get("LATCH_COMMIT", "unknown"),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     records = []
 

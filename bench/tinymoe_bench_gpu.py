@@ -303,29 +303,41 @@ def update_work(batch: int, looped: bool = False) -> dict:
     return {"matmul_flop": 3 * fwd, "optimizer_bytes": 7 * 4 * N_PARAMS}
 
 
-def measure_ceilings() -> dict:
-    """bf16 matmul TFLOP/s (8192^3 torch.matmul) and copy bandwidth (2 GiB device to device,
-    read + write counted), measured here, in this run."""
+def _seconds_each(fn, reps=10) -> float:
+    """Mean seconds of ``fn`` over ``reps`` back-to-back calls after one warm-up."""
     import torch
 
-    def timed(fn, reps=10):
+    fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
         fn()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b) / reps / 1e3
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / reps / 1e3
+
+
+def measure_copy_gbs() -> float:
+    """Copy bandwidth in GB/s (2 GiB device to device, read + write counted), measured
+    here, in this run (also bench/gpu_profile_launches.py's)."""
+    import torch
+
+    src = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / _seconds_each(lambda: dst.copy_(src)) / 1e9   # freed on return
+
+
+def measure_ceilings() -> dict:
+    """bf16 matmul TFLOP/s (8192^3 torch.matmul) and copy bandwidth (:func:`measure_copy_gbs`),
+    measured here, in this run."""
+    import torch
+
     n = 8192
     x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     y = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    tflops = 2 * n ** 3 / timed(lambda: x @ y) / 1e12
-    src = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    gbs = 2 * src.numel() / timed(lambda: dst.copy_(src)) / 1e9
-    return {"matmul_bf16_tflops": tflops, "copy_gbs": gbs}      # freed on return
+    tflops = 2 * n ** 3 / _seconds_each(lambda: x @ y) / 1e12
+    return {"matmul_bf16_tflops": tflops, "copy_gbs": measure_copy_gbs()}
 
 
 def add_work_figures(rec: dict, work: dict, ceilings: dict) -> None:

@@ -111,19 +111,17 @@ def _emit(op, k: int, e: int, ranges: list, threads: int) -> None:
     from mlir import ir
     from mlir.dialects import scf
 
-    from latch.passes.generic_body import (delinearize, guarded_launch, index_constant,
-                                           indexing_maps)
+    from latch.passes.generic_body import (compare, delinearize, guarded_launch,
+                                           index_constant, indexing_maps)
 
     maps = indexing_maps(op)
     A, X, S, out = list(op.operands)
-    elt = ir.MemRefType(out.type).element_type
-    in_elt = ir.MemRefType(A.type).element_type
-    x_elt = ir.MemRefType(X.type).element_type
+    elt = ir.MemRefType(out.type).element_type       # A's too (match_class_sum)
+    x_elt = ir.MemRefType(X.type).element_type       # S's too
     classes = ranges[e]
     rows = [d for d in range(len(ranges)) if d not in (k, e)]
     # the output's fastest-varying loops first (consecutive threads, neighbouring rows)
-    order = [d for d in reversed([_plain_dims(maps[3])[i] for i in range(len(maps[3].results))])
-             if d in rows]
+    order = [d for d in reversed(_plain_dims(maps[3])) if d in rows]
     n = math.prod(ranges[d] for d in rows)
     inner, lin = guarded_launch(op, n, threads)
     with ir.InsertionPoint.at_block_terminator(inner), op.location:
@@ -136,29 +134,25 @@ def _emit(op, k: int, e: int, ranges: list, threads: int) -> None:
         def load(v, m, where, t):
             return ir.Operation.create("memref.load", [t], [v] + at(m, where)).result
 
-        s_elt = ir.MemRefType(S.type).element_type
         cls, inits, outs_at = [], [], []
         for c in range(classes):
             where = list(dims)
             where[e] = index_constant(c)
-            cls.append(load(S, maps[2], where, s_elt))
+            cls.append(load(S, maps[2], where, x_elt))
             outs_at.append(at(maps[3], where))
-            inits.append(ir.Operation.create("memref.load", [elt], [out] + outs_at[-1]).result)
+            inits.append(load(out, maps[3], where, elt))
         loop = scf.ForOp(index_constant(0), index_constant(ranges[k]), index_constant(1), inits)
         with ir.InsertionPoint(loop.body):
             where = list(dims)
             where[k] = loop.induction_variable
-            a = load(A, maps[0], where, in_elt)
+            a = load(A, maps[0], where, elt)
             x = load(X, maps[1], where, x_elt)
-            zero = ir.Operation.create("arith.constant", [in_elt], attributes={
-                "value": ir.IntegerAttr.get(in_elt, 0)}).result
+            zero = ir.Operation.create("arith.constant", [elt], attributes={
+                "value": ir.IntegerAttr.get(elt, 0)}).result
             new = []
             for c, acc in enumerate(loop.inner_iter_args):
-                hit = ir.Operation.create("arith.cmpi", [ir.IntegerType.get_signless(1)],
-                                          [x, cls[c]], attributes={
-                                              "predicate": ir.IntegerAttr.get(
-                                                  ir.IntegerType.get_signless(64), 0)}).result
-                term = ir.Operation.create("arith.select", [elt], [hit, a, zero]).result
+                term = ir.Operation.create("arith.select", [elt],
+                                           [compare("eq", x, cls[c]), a, zero]).result
                 new.append(ir.Operation.create("arith.addi", [elt], [acc, term]).result)
             scf.YieldOp(new)
         for c in range(classes):

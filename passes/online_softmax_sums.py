@@ -45,13 +45,13 @@ _HELD = 16
 #: reader when the row is not held in registers: each thread stores the chunks it loads for
 #: the totals and reads them back for the reader (its own chunks only: no barrier), so the
 #: row is read from global memory once.  TinyMoE's 32768-wide bf16 logits rows: 64 KiB, three
-#: blocks of 256 threads an SM.  latch-wrap-host-compute's ``staged-rows`` sets it (default
-#: 0, read again, until the staged form is timed on the GPU; this is the value to try)
-_STAGED = 96 * 1024
+#: blocks of 256 threads an SM.  The default of latch-wrap-host-compute's ``staged-rows``
+#: (0: read again)
+STAGED_BYTES = 96 * 1024
 
 
 def fuse_online_softmax_sums(body, chunks: bool = True, readers: bool = True,
-                             held_chunks: int = _HELD, staged_bytes: int = 0) -> int:
+                             held_chunks: int = _HELD, staged_bytes: int = STAGED_BYTES) -> int:
     """Rewrite each matching (row max, row sum of exponentials) pair in ``body`` (with
     ``chunks``, reading consecutive elements where the input allows; with ``readers``,
     finishing the elementwise reader that follows the pair in the same launch, the row
@@ -274,7 +274,7 @@ def _is_sum_below(op, info, first, x, m, widen) -> bool:
 
 
 def _emit(r1, r2, info, widen, chunks: bool = True, reader=None, perm=None,
-          held_chunks: int = _HELD, staged_bytes: int = 0) -> None:
+          held_chunks: int = _HELD, staged_bytes: int = STAGED_BYTES) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 

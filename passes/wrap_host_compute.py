@@ -81,7 +81,7 @@ from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.class_sums import rewrite_class_sums
 from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
-from latch.passes.online_softmax_sums import fuse_online_softmax_sums
+from latch.passes.online_softmax_sums import STAGED_BYTES, fuse_online_softmax_sums
 from latch.passes.row_reductions import cooperative_row_reductions
 from latch.passes.vector_lanes import chunk_width, lane_of, load_chunk, read_along
 
@@ -161,7 +161,7 @@ class WrapHostCompute(ModulePass):
     #: each thread reading back the chunks it stored (read from memory once); 0: read
     #: again.  TinyMoE (rows of 32768 bf16, 64 KiB) on an H100: B32 59.37 -> 58.97 ms, B2
     #: 6.715 -> 6.689 (tinymoe_bench-20261206T022012Z.json)
-    staged_rows: int = 96 * 1024
+    staged_rows: int = STAGED_BYTES
     #: a full sum over several blocks finishes in its launch: the block that stores the
     #: last partial sum adds them all (false, the default: a second, one-block launch
     #: does).  Timed on an H100 with staged rows: TinyMoE B2 6.689 -> 6.759 ms, B32

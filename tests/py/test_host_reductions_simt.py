@@ -589,50 +589,28 @@ def test_softmax_reader_in_the_sums_launch(cols, held_chunks, staged_rows, held)
     assert torch.equal(got_g == 0, want.bfloat16().double() == 0)
 
 
-# a MoE's routing rank (blocked cumulative count): out[b, t, e] += sum_k L[b, k] * [x[t, k] == s[e]]
-CLASS_SUM = """
-#l = affine_map<(b, t, e, k) -> (b, k)>
-#x = affine_map<(b, t, e, k) -> (t, k)>
-#s = affine_map<(b, t, e, k) -> (e)>
-#o = affine_map<(b, t, e, k) -> (b, t, e)>
-func.func @main(%L: memref<3x16xi64>, %x: memref<40x16xi64>, %s: memref<8xi64>,
-                %o: memref<3x40x8xi64>) {
-  linalg.generic {indexing_maps = [#l, #x, #s, #o],
-                  iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
-      ins(%L, %x, %s : memref<3x16xi64>, memref<40x16xi64>, memref<8xi64>)
-      outs(%o : memref<3x40x8xi64>) {
-  ^bb0(%a: i64, %v: i64, %c: i64, %acc: i64):
-    %hit = arith.cmpi eq, %v, %c : i64
-    %one = arith.extui %hit : i1 to i64
-    %t = arith.muli %a, %one : i64
-    %r = arith.addi %acc, %t : i64
-    linalg.yield %r : i64
-  }
-  return
-}
-"""
-
-
 @pytest.mark.parametrize("on", [True, False])
 def test_class_sums_one_thread_per_row_of_classes(on):
     """passes/class_sums.py (``class-sums``): the routing rank's count, split by expert,
-    becomes one thread per (b, t) with the 8 classes' accumulators — 120 threads, not 960
+    becomes one thread per (b, t) with the 8 classes' accumulators — 128 threads, not 1,024
     — each term's L and x loaded once; integer sums, so exactly the count.  Off: the sum
     is left to the loops (one thread per output)."""
     from mlir import ir
+    from test_split_integer_sums import TEXT   # the routing rank's sum: [8, 16, 8] outputs
 
     import latch.dialect
     from latch.pipeline import run_pipeline
 
     rng = np.random.default_rng(4)
-    L = np.tril(np.ones((16, 16), np.int64))[:3] * rng.integers(1, 4, (3, 16))
-    x = rng.integers(0, 9, (40, 16)).astype(np.int64)      # 8: a class no s names
+    L = np.tril(np.ones((16, 16), np.int64))[:8] * rng.integers(1, 4, (8, 16))
+    x = rng.integers(0, 9, (16, 16)).astype(np.int64)      # 8: a class no s names
     s = np.arange(8, dtype=np.int64)[::-1].copy()
-    o = rng.integers(-5, 5, (3, 40, 8)).astype(np.int64)
+    o = rng.integers(-5, 5, (8, 16, 8)).astype(np.int64)
     ctx = ir.Context()
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
-        m = ir.Module.parse(CLASS_SUM)
+        m = ir.Module.parse(TEXT.replace("TY", "i64").replace("COMBINE", "arith.addi")
+                            .replace("J", "16"))
         run_pipeline(m, f"builtin.module(latch-wrap-host-compute{{class-sums={str(on).lower()}}})")
         host = str(m).split("gpu.module")[0]
         assert ("linalg.generic" not in host) == on
