@@ -36,7 +36,9 @@ each at the start of every update instead of carried as state (no ``latch-carry-
 ``-heldrows`` the loss's rows held in registers for its gradient instead of kept in shared
 memory (``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-rereadrows``
 the loss's rows read again from memory for its gradient (``latch-wrap-host-compute{staged-rows=0}``,
-the default before the ninth stop), ``-splitstores`` elementwise kernels that read bf16 beside
+the default before the ninth stop), ``-onechunkloads`` the loss's online softmax loading one
+chunk of a row a loop iteration (``latch-wrap-host-compute{softmax-unroll=1}``, the default
+before the tenth stop), ``-splitstores`` elementwise kernels that read bf16 beside
 f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-stores=false}``,
 the default before the ninth stop), and one step *on* that is off by default:
 ``-lastblocksums`` the full sums over several blocks (the clip's per-tensor sums of squares)
@@ -49,7 +51,10 @@ experts (``latch-wrap-host-compute{class-sums=true}``, not yet timed); ``-perthr
 ``-perthread1`` elementwise kernels running at most 2 (1) vector iterations a thread instead
 of 4 (``latch-map-parallel-loops{per-thread=2}``: fewer registers, more threads resident); ``-scalargathers``
 the one-hot gathers reading a source row one element a load
-(``latch-form-contraction-kernels{gather-lanes=false}``), ``-readerapart`` the tied
+(``latch-form-contraction-kernels{gather-lanes=false}``), ``-loadpadding`` the elementwise
+kernels between the expert products loading their inputs in the capacity rows past each
+expert's extent too (``latch-form-contraction-kernels{empty-row-loads=false}``, the default
+before the tenth stop), ``-readerapart`` the tied
 embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
 gather (``latch-form-contraction-kernels{gather-readers=false}``) — the same
 workload, run by
@@ -107,9 +112,12 @@ OFF_SWITCHES = {
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
     "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
+    "onechunkloads": ("latch-form-kernels", "latch-wrap-host-compute", "softmax-unroll=1"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "deepunroll": ("latch-form-kernels", "latch-wrap-host-compute", "few-rows-unroll=16"),
     "classsums": ("latch-form-kernels", "latch-wrap-host-compute", "class-sums=true"),
+    "loadpadding": ("latch-form-kernels", "latch-form-contraction-kernels",
+                    "empty-row-loads=false"),
     "scalargathers": ("latch-form-kernels", "latch-form-contraction-kernels",
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",

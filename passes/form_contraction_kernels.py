@@ -1305,6 +1305,9 @@ class FormContractionKernels(ModulePass):
     chip: str = "sm_90"
     #: products skip the rows a one-hot gather left zero (passes/empty_rows.py)
     empty_rows: bool = True
+    #: elementwise kernels between them load nothing in those rows
+    #: (empty_rows.skip_row_loads; with empty_rows)
+    empty_row_loads: bool = True
     #: a gather thread reads its consecutive columns of a source row as one vector
     #: (one_hot_gather._lane_values); false: one element a load
     gather_lanes: bool = True
@@ -1337,8 +1340,12 @@ class FormContractionKernels(ModulePass):
                    one_hot_gather.applies(sc) else None for sc in scatters]
         grouped = _workspaces(gathers, one_hot_gather.workspace_bytes)
         copies = [one_hot_gather.rounded_copy(g) if g is not None else None for g in gathers]
-        zero_rows, skips = empty_rows.plan(found, scatters, gathers, copies) if self.empty_rows \
-            else ({}, {})
+        zero_rows, skips, readers = empty_rows.plan(found, scatters, gathers, copies) \
+            if self.empty_rows else ({}, {}, [])
+        if self.empty_row_loads:     # rebuilt once the products have taken theirs
+            for n, (reader, _) in enumerate(readers):
+                reader.attributes[_ROW_READER] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), n)
         for j, (con, scatter, gather) in enumerate(zip(found, scatters, gathers)):
             if scatter is not None:          # a one-hot product: K x N atomic adds instead
                 if gather is not None:       # sources grouped by row, a thread per element
@@ -1434,6 +1441,36 @@ class FormContractionKernels(ModulePass):
                     _op(con.reader_rounds.owner).erase()
             elif con.narrowed_by is not None:
                 con.narrowed_by.erase()
+        if self.empty_row_loads and readers:
+            _skip_row_loads(module, [rows for _, rows in readers])
+
+
+#: marks an elementwise reader of expert rows (empty_rows.plan) until the products are
+#: formed: the ones that a product's epilogue took over (a bf16 copy it writes) are gone
+_ROW_READER = "latch.empty_row_reader"
+
+
+def _skip_row_loads(module, rows: list) -> None:
+    """Rebuild each generic still marked :data:`_ROW_READER` ``n`` by
+    ``empty_rows.skip_row_loads`` with ``rows[n]``."""
+    from mlir import ir
+
+    marked = []
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = _op(inner)
+                    if inner.name == "linalg.generic" and _ROW_READER in inner.attributes:
+                        marked.append(inner)
+                    else:
+                        walk(inner)
+    walk(module.operation)
+    for op in marked:
+        n = ir.IntegerAttr(op.attributes[_ROW_READER]).value
+        del op.attributes[_ROW_READER]
+        empty_rows.skip_row_loads(op, rows[n])
 
 
 def _block_key(op) -> int:

@@ -115,6 +115,34 @@ _PREDICATES = {"eq": 0, "ne": 1, "slt": 2, "sle": 3, "sgt": 4, "sge": 5, "ult": 
                "ugt": 8, "uge": 9}
 
 
+def guarded_value(cond, make, result_type):
+    """``scf.if cond -> result_type { make() } else { 0 }`` at the current insertion point
+    (``make`` builds the value in the then-branch: a load issued only where ``cond``
+    holds); returns its result."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    branch = scf.IfOp(cond, [result_type], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp([make()])
+    with ir.InsertionPoint(branch.else_block):
+        scf.YieldOp([zero_of(result_type)])
+    return branch.results[0]
+
+
+def zero_of(t):
+    """An ``arith.constant`` 0 of scalar or vector type ``t`` at the current insertion
+    point."""
+    from mlir import ir
+
+    elt = ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+    zero = ir.FloatAttr.get(elt, 0.0) if isinstance(elt, ir.FloatType) else \
+        ir.IntegerAttr.get(elt, 0)
+    if isinstance(t, ir.VectorType):
+        zero = ir.DenseElementsAttr.get_splat(t, zero)
+    return ir.Operation.create("arith.constant", [t], attributes={"value": zero}).result
+
+
 def compare(predicate: str, a, b):
     """``arith.cmpi <predicate>, a, b`` at the current insertion point (an i1 value)."""
     from mlir import ir

@@ -38,11 +38,21 @@ the arithmetic cloned per lane, lane-independent values (other loops' index math
 per-row scale, a fill's constant) computed once.  The iteration space is then counted in
 vectors, and the several-per-thread sweeps above apply to vectors.
 
+**Guarded loads** (``guard-loads``, default on; :func:`guarded_loads`).  A load read only
+as ``select(c, x, 0)``, where ``c`` does not depend on the fastest loop (so it holds for a
+whole vector, and for the consecutive threads of a warp), is issued only where ``c`` holds
+(``scf.if c { load } else { 0 }``); the ops computing ``c`` come first (with several
+iterations a thread: every iteration's condition, then every iteration's loads).
+latch-form-contraction-kernels writes such selects into the elementwise kernels between
+the expert products (``c``: the row is before its expert's extent,
+``empty_rows.skip_row_loads``), so the capacity rows no token took cost their stores alone.
+
 Loops with non-constant bounds or a nested ``scf.parallel`` are left to the upstream passes
 that follow in ``latch-form-kernels``.  Options: ``block`` (thread-block shape, default
 ``32,8``; its product is the number of threads per block), ``per-thread`` (most iterations
 per thread, 1 for one), ``min-blocks``, ``vector`` (bool, default true), ``narrow-lanes``
-(bool, default true), ``whole-stores`` (bool, default true).
+(bool, default true), ``whole-stores`` (bool, default true), ``guard-loads`` (bool,
+default true).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(func.func(convert-linalg-to-parallel-loops), latch-map-parallel-loops)'``
 """
@@ -54,7 +64,7 @@ import math
 from latch.passes.base import ModulePass, function_definitions, int_constant, operation as _op
 from latch.passes.buffer_views import root
 from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
-                                       index_constant)
+                                       guarded_value, index_constant, zero_of)
 from latch.passes.vector_lanes import LaneEmitter, vector_width
 
 _MAX_GRID_X = 2 ** 31 - 1
@@ -82,6 +92,7 @@ class MapParallelLoops(ModulePass):
     vector: bool = True
     narrow_lanes: bool = True
     whole_stores: bool = True
+    guard_loads: bool = True
 
     def apply(self, module) -> None:
         threads = math.prod(self.block)
@@ -92,7 +103,7 @@ class MapParallelLoops(ModulePass):
                 inner = _op(inner)
                 if inner.name == "scf.parallel":
                     _map(inner, threads, self.per_thread, self.min_blocks, self.vector,
-                         self.narrow_lanes, self.whole_stores)
+                         self.narrow_lanes, self.whole_stores, self.guard_loads)
 
 
 # ops a straight-line body may hold for several iterations per thread
@@ -142,8 +153,105 @@ def _load_slice(ops) -> list:
     return slice_[::-1]
 
 
+def _is_zero(v) -> bool:
+    """Whether ``v`` is an ``arith.constant`` 0 (integer or float, either sign)."""
+    from mlir import ir
+
+    from latch.passes.base import defining_op
+
+    o = defining_op(v)
+    if o is None or o.name != "arith.constant":
+        return False
+    a = o.attributes["value"]
+    if isinstance(a, ir.FloatAttr):
+        return ir.FloatAttr(a).value == 0.0
+    return isinstance(a, ir.IntegerAttr) and ir.IntegerAttr(a).value == 0
+
+
+def guarded_loads(ops, iv) -> tuple[dict, list]:
+    """({load result: condition}, the ops computing the conditions, in body order) for the
+    loads of the straight-line body ``ops`` that are read only as ``select(c, load, 0)``
+    with ``c`` computed in the body without the fastest loop's index ``iv`` or another such
+    load (latch-form-contraction-kernels' elementwise readers of expert rows: ``c`` is
+    ``row < extent``).  Such a load need only be issued where ``c`` holds: elsewhere its
+    select yields the 0 whatever it read."""
+    producer = {r: o for o in ops for r in o.results}
+
+    def slice_of(v) -> list | None:
+        seen, order, todo = set(), [], [v]
+        while todo:
+            x = todo.pop()
+            if x == iv:
+                return None
+            o = producer.get(x)
+            if o is None or o in seen:
+                continue
+            seen.add(o)
+            order.append(o)
+            todo.extend(o.operands)
+        return order
+
+    found = {}
+    for o in ops:
+        if o.name != "memref.load":
+            continue
+        uses = list(o.results[0].uses)
+        if len(uses) != 1:
+            continue
+        sel = _op(uses[0].owner)
+        if sel.name != "arith.select" or uses[0].operand_number != 1 or \
+                not _is_zero(sel.operands[2]):
+            continue
+        cond = sel.operands[0]
+        ops_of = slice_of(cond)
+        if ops_of is not None:
+            found[o.results[0]] = (cond, ops_of)
+    loads = {producer[r] for r in found}
+    guards, needed = {}, set()
+    for r, (cond, ops_of) in found.items():
+        if any(x in loads for x in ops_of):
+            continue                      # a condition from a guarded load: not first
+        guards[r] = cond
+        needed.update(ops_of)
+    return guards, [o for o in ops if o in needed]
+
+
+def _clone_guarded(ops, mapping: dict, guards: dict) -> None:
+    """``clone_body_ops(ops, mapping, ())`` with the loads of ``guards`` issued only where
+    their condition holds (:func:`guarded_loads`)."""
+    for op in ops:
+        if op.name == "memref.load" and op.results[0] in guards:
+            cond = guards[op.results[0]]
+
+            def load_one(op=op):
+                new = op.clone()
+                for i, operand in enumerate(list(new.operands)):
+                    new.operands[i] = mapping.get(operand, operand)
+                return new.results[0]
+            mapping[op.results[0]] = guarded_value(mapping.get(cond, cond), load_one,
+                                              op.results[0].type)
+            continue
+        clone_body_ops([op], mapping, ())
+
+
+def _guard_in_place(load, cond) -> None:
+    """Put the load ``load`` (in place in a launch body) under ``scf.if cond``."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    t = load.results[0].type
+    with ir.InsertionPoint(load), load.location:
+        branch = scf.IfOp(cond, [t], has_else=True)
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp([zero_of(t)])
+    load.results[0].replace_all_uses_with(branch.results[0])
+    with ir.InsertionPoint(branch.then_block), load.location:
+        anchor = scf.YieldOp([load.results[0]])
+    load.move_before(anchor)
+
+
 def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = False,
-         narrow: bool = True, whole_stores: bool = True) -> None:
+         narrow: bool = True, whole_stores: bool = True, guard_loads: bool = True) -> None:
     from mlir import ir
     from mlir.dialects import scf
 
@@ -165,6 +273,15 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = F
     body = par.regions[0].blocks[0]
     ops = [_op(o) for o in body.operations if _op(o).name != "scf.reduce"]
     straight = _straight_line(ops)
+    guards, conditions = guarded_loads(ops, body.arguments[0]) if straight and guard_loads \
+        else ({}, [])
+    if guards:           # the conditions first: the loads they guard wait for them
+        kept = set(conditions)
+        anchor = next(o for o in ops if o not in kept)
+        for o in conditions:
+            o.move_before(anchor)
+        ops = [_op(o) for o in body.operations if _op(o).name != "scf.reduce"]
+        conditions = [o for o in ops if o in kept]
     lanes = vector_width(ops, body.arguments[0], counts[0], *bounds[0][::2], narrow=narrow,
                          whole_stores=whole_stores) if straight and vector else 1
     if lanes > 1:        # the fastest loop counted in vectors of `lanes` iterations
@@ -185,7 +302,7 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = F
         return dict(zip(body.arguments, ivs))
 
     def emitter(m):
-        return LaneEmitter(body.arguments[0], m, lanes) if lanes > 1 else None
+        return LaneEmitter(body.arguments[0], m, lanes, guards) if lanes > 1 else None
 
     if per > 1:
         with ir.InsertionPoint(par), par.location:
@@ -207,12 +324,13 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = F
                     ivs_e = ivs
                 maps.append(body_map(ivs_e))
             first = _load_slice(ops) if _loads_first(ops) else []
+            # every iteration's conditions, then every iteration's loads, then the rest
+            phases = [conditions, [o for o in first if o not in conditions],
+                      [o for o in ops if o not in first and o not in conditions]]
             emitters = [emitter(m) for m in maps]
-            for m, em in zip(maps, emitters):
-                em.emit(first) if em else clone_body_ops(first, m, ())
-            rest = [o for o in ops if o not in first]
-            for m, em in zip(maps, emitters):
-                em.emit(rest) if em else clone_body_ops(rest, m, ())
+            for phase in phases:
+                for m, em in zip(maps, emitters):
+                    em.emit(phase) if em else _clone_guarded(phase, m, guards)
         par.erase()
         return
     with ir.InsertionPoint(par), par.location:
@@ -240,6 +358,8 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = F
         if inner.name == "scf.reduce":
             continue
         inner.move_before(_op(anchor))
+        if inner.name == "memref.load" and inner.results[0] in guards:
+            _guard_in_place(inner, guards[inner.results[0]])
     par.erase()
 
 

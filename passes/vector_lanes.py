@@ -234,8 +234,9 @@ class LaneEmitter:
     ops that depend on them are cloned per lane, stores become vector stores.  ``emit`` may
     be called on consecutive slices of the body (loads first, the rest later)."""
 
-    def __init__(self, iv, mapping: dict, v: int):
+    def __init__(self, iv, mapping: dict, v: int, guards: dict | None = None):
         self.iv, self.v = iv, v
+        self.guards = guards or {}               # load result -> condition (lane-free)
         self.shared = dict(mapping)              # lane-independent values
         self.lanes = [dict() for _ in range(v)]  # per lane: body value -> lane value
 
@@ -265,10 +266,18 @@ class LaneEmitter:
                 idx = [self.shared.get(x, x) for x in list(op.operands)[1:]]
                 elt = ir.MemRefType(op.operands[0].type).element_type
                 vt = ir.VectorType.get([self.v], elt)
-                vec = ir.Operation.create(
-                    "vector.load", [vt], [mem] + idx,
-                    attributes={"alignment": ir.IntegerAttr.get(
-                        ir.IntegerType.get_signless(64), self.v * _bytes(elt))}).result
+
+                def load(vt=vt, mem=mem, idx=idx, elt=elt):
+                    return ir.Operation.create(
+                        "vector.load", [vt], [mem] + idx,
+                        attributes={"alignment": ir.IntegerAttr.get(
+                            ir.IntegerType.get_signless(64), self.v * _bytes(elt))}).result
+                cond = self.guards.get(op.results[0])
+                if cond is None:
+                    vec = load()
+                else:                            # only where the condition holds
+                    from latch.passes.generic_body import guarded_value
+                    vec = guarded_value(self.shared.get(cond, cond), load, vt)
                 for j in range(self.v):
                     self.lanes[j][op.results[0]] = ir.Operation.create(
                         "vector.extract", [elt], [vec],

@@ -63,8 +63,8 @@ A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, i
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
-``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``few-rows-unroll``,
-``class-sums`` (the fields below).
+``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
+``few-rows-unroll``, ``class-sums`` (the fields below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-wrap-host-compute, latch-form-kernels)'``
@@ -81,7 +81,8 @@ from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.class_sums import rewrite_class_sums
 from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
-from latch.passes.online_softmax_sums import STAGED_BYTES, fuse_online_softmax_sums
+from latch.passes.online_softmax_sums import (STAGED_BYTES, UNROLL as SOFTMAX_UNROLL,
+                                              fuse_online_softmax_sums)
 from latch.passes.row_reductions import cooperative_row_reductions
 from latch.passes.vector_lanes import chunk_width, lane_of, load_chunk, read_along
 
@@ -162,6 +163,9 @@ class WrapHostCompute(ModulePass):
     #: again.  TinyMoE (rows of 32768 bf16, 64 KiB) on an H100: B32 59.37 -> 58.97 ms, B2
     #: 6.715 -> 6.689 (tinymoe_bench-20261206T022012Z.json)
     staged_rows: int = STAGED_BYTES
+    #: chunks a thread of the online softmax's totals loads together (its loop unrolled;
+    #: 1: one load an iteration, the default before the tenth stop)
+    softmax_unroll: int = SOFTMAX_UNROLL
     #: a full sum over several blocks finishes in its launch: the block that stores the
     #: last partial sum adds them all (false, the default: a second, one-block launch
     #: does).  Timed on an H100 with staged rows: TinyMoE B2 6.689 -> 6.759 ms, B32
@@ -194,7 +198,8 @@ class WrapHostCompute(ModulePass):
                     rewrite_class_sums(body)
                 collapse_one_hot_reductions(body)
                 fuse_online_softmax_sums(body, self.chunks, self.finish_rows,
-                                         self.held_chunks, self.staged_rows)
+                                         self.held_chunks, self.staged_rows,
+                                         self.softmax_unroll)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks,
                                            self.few_rows_unroll)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks,

@@ -234,3 +234,38 @@ def test_small_products_do_not_skip(tmp_path, monkeypatch):
     x, y = _inputs()
     _, _, _, text, _ = _update(model, x, y, "math", tmp_path, monkeypatch, form=_form(True))
     assert _loading(text) == 0 and text.count("atomic_rmw maxs") == 2
+
+
+def _guarded_loads(text: str) -> int:
+    """Loads issued under a condition yielding 0 elsewhere (latch-map-parallel-loops'
+    guarded loads: an ``scf.if`` whose then-branch is one load)."""
+    return len(re.findall(r"scf\.if %\S+ -> \([^)]*\) \{\n\s*%\S+ = (?:vector|memref)\.load",
+                          text))
+
+
+def test_elementwise_kernels_load_only_rows_before_the_extent(tmp_path, monkeypatch):
+    """empty-row-loads: the elementwise kernels between the expert products (the SwiGLU
+    forward and backward) read their inputs only in rows
+    before their expert's extent; past it the body sees zeros, as it read there before.
+    Same bits as loading every row, and the loads are guarded only with the option."""
+    from latch.passes import empty_rows
+
+    monkeypatch.setattr(empty_rows, "MIN_WAVES", 0)
+    monkeypatch.setattr(empty_rows, "MIN_K_TILES", 0)
+    torch.manual_seed(0)
+    model = MoELayer()
+    x, y = _inputs()
+    runs = {}
+    for loads in (True, False):
+        (tmp_path / str(loads)).mkdir()
+        form = _form(True).replace("empty-rows=true", f"empty-rows=true empty-row-loads="
+                                   f"{str(loads).lower()}")
+        runs[loads] = _update(model, x, y, "math", tmp_path / str(loads), monkeypatch,
+                              form=form)
+    for a, b in zip(runs[True][0], runs[False][0]):
+        assert torch.equal(a, b)
+    assert runs[True][1] == runs[False][1]
+    skipping, loading = _guarded_loads(runs[True][3]), _guarded_loads(runs[False][3])
+    # the SwiGLU forward's gate and up rows, its backward's output gradient, gate and up
+    # rows (the products' bf16 roundings are written by the products themselves)
+    assert skipping == loading + 5, (skipping, loading)

@@ -3,6 +3,7 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{per-thread=4 min-blocks=1 vector=false},canonicalize,cse)' | FileCheck %s --check-prefix=E4
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{min-blocks=1},canonicalize,cse)' | FileCheck %s --check-prefix=VEC
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{min-blocks=1 whole-stores=false},canonicalize,cse)' | FileCheck %s --check-prefix=SPLIT
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-map-parallel-loops{min-blocks=1 guard-loads=false},canonicalize,cse)' | FileCheck %s --check-prefix=NOGUARD
 // Each top-level scf.parallel with constant bounds becomes one 1-D gpu.launch over its
 // flattened iteration space, the first loop varying fastest; lower bounds and steps are
 // applied after the split; threads past the end are masked.  Here (1..10 step 3) x
@@ -237,6 +238,57 @@ func.func @round_rows(%x: memref<4096xf32>, %y: memref<4096xbf16>) {
     %a = memref.load %x[%i] : memref<4096xf32>
     %r = arith.truncf %a : f32 to bf16
     memref.store %r, %y[%i] : memref<4096xbf16>
+    scf.reduce
+  }
+  return
+}
+
+// -----
+// A load read only through select(row < extent[e], x, 0) (an elementwise kernel between
+// expert products: latch-form-contraction-kernels{empty-row-loads}) is issued only where
+// the condition holds: the condition (the extent's load, its compare) comes first, the
+// guarded load is an scf.if yielding 0 elsewhere.  Vector lanes with 4 iterations a thread
+// (VEC), scalar iterations 4 a thread, every iteration's condition before every guarded
+// load (E4), one scalar iteration a thread, guarded in place (CHECK); guard-loads=false
+// loads everywhere (NOGUARD).
+// VEC-LABEL: func.func @padding_rows(
+// VEC: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<4xf32>
+// VEC: memref.load %{{.*}} : memref<2xi32>
+// VEC: %[[LIVE:.*]] = arith.cmpi ult
+// VEC: scf.if %[[LIVE]] -> (vector<4xf32>)
+// VEC-NEXT: vector.load %{{.*}} : memref<2x8x512xf32>, vector<4xf32>
+// VEC: else
+// VEC-NEXT: scf.yield %[[ZERO]] : vector<4xf32>
+// VEC: vector.store %{{.*}} : memref<2x8x512xf32>, vector<4xf32>
+// E4-LABEL: func.func @padding_rows(
+// E4-COUNT-4: memref.load %{{.*}} : memref<2xi32>
+// E4: scf.if %{{.*}} -> (f32)
+// E4-NEXT: memref.load %{{.*}} : memref<2x8x512xf32>
+// E4-COUNT-3: scf.if %{{.*}} -> (f32)
+// CHECK-LABEL: func.func @padding_rows(
+// CHECK: memref.load %{{.*}} : memref<2xi32>
+// CHECK: %[[LIVE:.*]] = arith.cmpi ult
+// CHECK: scf.if %[[LIVE]] -> (f32)
+// CHECK-NEXT: memref.load %{{.*}} : memref<2x8x512xf32>
+// NOGUARD-LABEL: func.func @padding_rows(
+// NOGUARD-NOT: scf.if
+// NOGUARD: return
+func.func @padding_rows(%x: memref<2x8x512xf32>, %ext: memref<2xi32>, %y: memref<2x8x512xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c8 = arith.constant 8 : index
+  %c512 = arith.constant 512 : index
+  %zero = arith.constant 0.0 : f32
+  %two = arith.constant 2.0 : f32
+  scf.parallel (%c, %r, %e) = (%c0, %c0, %c0) to (%c512, %c8, %c2) step (%c1, %c1, %c1) {
+    %v = memref.load %x[%e, %r, %c] : memref<2x8x512xf32>
+    %n = memref.load %ext[%e] : memref<2xi32>
+    %end = arith.index_cast %n : i32 to index
+    %live = arith.cmpi ult, %r, %end : index
+    %s = arith.select %live, %v, %zero : f32
+    %d = arith.mulf %s, %two : f32
+    memref.store %d, %y[%e, %r, %c] : memref<2x8x512xf32>
     scf.reduce
   }
   return
