@@ -38,7 +38,9 @@ memory (``latch-wrap-host-compute{held-chunks=16}``, the sixth stop's form), ``-
 the loss's rows read again from memory for its gradient (``latch-wrap-host-compute{staged-rows=0}``,
 the default before the ninth stop), ``-onechunkloads`` the loss's online softmax loading one
 chunk of a row a loop iteration (``latch-wrap-host-compute{softmax-unroll=1}``, the default
-before the tenth stop), ``-splitstores`` elementwise kernels that read bf16 beside
+before the tenth stop), ``-partwaves`` the norm weights' gradients (column-tile reductions) cut into
+the fewest slices making 264 blocks (``latch-wrap-host-compute{column-waves=false}``, the
+default before the tenth stop: 1.45 waves at B32), ``-splitstores`` elementwise kernels that read bf16 beside
 f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-stores=false}``,
 the default before the ninth stop), and one step *on* that is off by default:
 ``-lastblocksums`` the full sums over several blocks (the clip's per-tensor sums of squares)
@@ -113,6 +115,7 @@ OFF_SWITCHES = {
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),
     "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
     "onechunkloads": ("latch-form-kernels", "latch-wrap-host-compute", "softmax-unroll=1"),
+    "partwaves": ("latch-form-kernels", "latch-wrap-host-compute", "column-waves=false"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "deepunroll": ("latch-form-kernels", "latch-wrap-host-compute", "few-rows-unroll=16"),
     "classsums": ("latch-form-kernels", "latch-wrap-host-compute", "class-sums=true"),

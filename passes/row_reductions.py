@@ -95,8 +95,8 @@ _UNROLL = 4             # copies of the body per trip of a thread's strided loop
 _SECTOR_BITS = 256      # 32 bytes: a column tile is this wide in the input
 _COLUMN_THREADS = 1024  # at most this many threads per column-tile block
 _COLUMN_PER_THREAD = 8  # aim for at least this many elements per thread
-#: column tiles: split the reduction over more blocks while there are fewer than this many
-#: (two 1024-thread blocks on each of the H200's 132 SMs) ...
+#: column tiles: the block slots of the GPU (two 1024-thread blocks on each of the H200's
+#: 132 SMs) the slices of the reduction should fill in whole waves (column_splits) ...
 _COLUMN_SPLIT_BLOCKS = 264
 #: ... and each thread keeps at least this many elements of its slice
 _COLUMN_SPLIT_MIN = 32
@@ -257,10 +257,11 @@ def match_row_reduction(op):
 
 
 def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
-                               few_rows_unroll: int = 0) -> int:
+                               few_rows_unroll: int = 0, whole_waves: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`;
-    ``few_rows_unroll``: see :func:`_unroll_of`); returns how many were replaced."""
+    ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
+    :func:`column_splits`); returns how many were replaced."""
     n = 0
     ops = [_op(o) for o in body.operations]
     erased = set()
@@ -271,7 +272,7 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
         if found is None:
             continue
         if found.column is not None:
-            _emit_columns(op, found)
+            _emit_columns(op, found, whole_waves)
         else:
             at = _finalizer(op, found, ops, k) if finish else None
             if at is not None:
@@ -663,20 +664,32 @@ def column_tile(info) -> tuple[int, int]:
     return w, r
 
 
-def column_splits(info, blocks: int, r: int) -> int:
+def column_splits(info, blocks: int, r: int, whole_waves: bool = True) -> int:
     """Slices the reduction of a column-tile kernel is cut into (1, or a power of two
-    dividing it): more blocks while ``blocks`` of them leave SMs idle (the norm weights'
-    gradients at B32: 48 blocks of 1024 threads summing 32,768 tokens on 132 SMs), as long
-    as every thread keeps ``_COLUMN_SPLIT_MIN`` elements.  Each slice's block writes its
-    partial sums into a workspace; a second launch combines the slices in order."""
+    dividing it, every thread keeping at least ``_COLUMN_SPLIT_MIN`` elements): the one
+    whose ``blocks * splits`` blocks keep the GPU's ``_COLUMN_SPLIT_BLOCKS`` block slots
+    busiest over the waves they take (the fewer slices on a tie).  The norm weights'
+    gradients at B32 — 96 (48) blocks of 1024 threads summing 32,768 tokens — took 4 (8)
+    slices, 384 blocks: 1.45 waves, the second half empty (2.1 TB/s on an H100); 8 (16)
+    slices are 2.9 full waves.  Without ``whole_waves`` (the rule before the tenth stop):
+    the fewest slices that make at least ``_COLUMN_SPLIT_BLOCKS`` blocks.  Each slice's
+    block writes its partial sums into a workspace; a second launch combines the slices
+    in order."""
     if info.logical:
         return 1
     n_red = math.prod(info.ranges[d] for d in info.red)
-    splits = 1
-    while blocks * splits < _COLUMN_SPLIT_BLOCKS and n_red % (2 * splits * r) == 0 and \
-            n_red // (2 * splits * r) >= _COLUMN_SPLIT_MIN:
-        splits *= 2
-    return splits
+    options = [1]
+    while n_red % (2 * options[-1] * r) == 0 and \
+            n_red // (2 * options[-1] * r) >= _COLUMN_SPLIT_MIN:
+        options.append(2 * options[-1])
+
+    if not whole_waves:
+        return next((s for s in options if blocks * s >= _COLUMN_SPLIT_BLOCKS), options[-1])
+
+    def busy(splits: int) -> float:       # slots in use over the waves, as a fraction
+        n = blocks * splits
+        return round(n / (-(-n // _COLUMN_SPLIT_BLOCKS) * _COLUMN_SPLIT_BLOCKS), 2)
+    return max(options, key=lambda s: (busy(s), -s))
 
 
 def _column_order(info) -> list:
@@ -692,7 +705,7 @@ def _column_order(info) -> list:
     return inside + [d for d in info.par if d not in pos]
 
 
-def _emit_columns(op, info) -> None:
+def _emit_columns(op, info, whole_waves: bool = True) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -704,7 +717,7 @@ def _emit_columns(op, info) -> None:
     n_red = math.prod(ranges[d] for d in info.red)
     w, r = column_tile(info)
     blocks = -(-n_out // w)
-    splits = column_splits(info, blocks, r)
+    splits = column_splits(info, blocks, r, whole_waves)
     slot_t = ir.IntegerType.get_signless(32) if info.logical else ir.F32Type.get()
     shared = ir.MemRefType.get([w * r], slot_t, memory_space=ir.Attribute.parse(
         "#gpu.address_space<workgroup>"))

@@ -64,7 +64,7 @@ becomes an entry of the launch schedule's ``collectives`` and ends a run of host
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
 ``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
-``few-rows-unroll``, ``class-sums`` (the fields below).
+``column-waves``, ``few-rows-unroll``, ``class-sums`` (the fields below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-wrap-host-compute, latch-form-kernels)'``
@@ -166,6 +166,10 @@ class WrapHostCompute(ModulePass):
     #: chunks a thread of the online softmax's totals loads together (its loop unrolled;
     #: 1: one load an iteration, the default before the tenth stop)
     softmax_unroll: int = SOFTMAX_UNROLL
+    #: column-tile reductions cut into the slices that fill whole waves of blocks
+    #: (row_reductions.column_splits; false: the fewest slices making 264 blocks, the rule
+    #: before the tenth stop)
+    column_waves: bool = True
     #: a full sum over several blocks finishes in its launch: the block that stores the
     #: last partial sum adds them all (false, the default: a second, one-block launch
     #: does).  Timed on an H100 with staged rows: TinyMoE B2 6.689 -> 6.759 ms, B32
@@ -201,7 +205,7 @@ class WrapHostCompute(ModulePass):
                                          self.held_chunks, self.staged_rows,
                                          self.softmax_unroll)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks,
-                                           self.few_rows_unroll)
+                                           self.few_rows_unroll, self.column_waves)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)

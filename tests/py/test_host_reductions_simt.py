@@ -73,6 +73,24 @@ def test_column_reduction_slices(tokens, features, splits):
     assert err < 1e-5, err
 
 
+def test_column_slices_fill_whole_waves():
+    """column_splits: TinyMoE B32's norm weight gradients (32,768 tokens; 96 blocks of 8 x
+    128 threads for f32 inputs, 48 of 16 x 64 for bf16) take 8 and 16 slices, 768 blocks
+    (2.9 waves of the 264 block slots), not the 384 (1.45 waves) of the fewest slices making
+    264 blocks (``whole_waves=False``); at B2 (2,048 tokens) a thread would keep fewer than
+    32 elements of a slice: one slice."""
+    from types import SimpleNamespace
+
+    from latch.passes.row_reductions import column_splits
+
+    b32 = SimpleNamespace(logical=False, ranges=[32768, 768], red=[0])
+    assert column_splits(b32, 96, 128) == 8 and column_splits(b32, 48, 64) == 16
+    assert column_splits(b32, 96, 128, whole_waves=False) == 4
+    assert column_splits(b32, 48, 64, whole_waves=False) == 8
+    b2 = SimpleNamespace(logical=False, ranges=[2048, 768], red=[0])
+    assert column_splits(b2, 96, 128) == 1
+
+
 # the loss's gather gradient: out[o] += sum_k [t(o) == v(k)] * (-c(o)), v an arange written
 # by a generic (as torch's one_hot leaves it), some targets out of range (ignored)
 GATHER = """
