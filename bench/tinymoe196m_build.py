@@ -40,7 +40,9 @@ the default before the ninth stop), ``-onechunkloads`` the loss's online softmax
 chunk of a row a loop iteration (``latch-wrap-host-compute{softmax-unroll=1}``, the default
 before the tenth stop), ``-partwaves`` the norm weights' gradients (column-tile reductions) cut into
 the fewest slices making 264 blocks (``latch-wrap-host-compute{column-waves=false}``, the
-default before the tenth stop: 1.45 waves at B32), ``-splitstores`` elementwise kernels that read bf16 beside
+default before the tenth stop: 1.45 waves at B32), the on-switch ``-widecolumns`` column tiles 128
+bytes of the input wide instead of 32 (a warp reads whole 128-byte lines of one row:
+``latch-wrap-host-compute{column-bytes=128}``, not yet timed), ``-splitstores`` elementwise kernels that read bf16 beside
 f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-stores=false}``,
 the default before the ninth stop), and one step *on* that is off by default:
 ``-lastblocksums`` the full sums over several blocks (the clip's per-tensor sums of squares)
@@ -116,6 +118,7 @@ OFF_SWITCHES = {
     "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
     "onechunkloads": ("latch-form-kernels", "latch-wrap-host-compute", "softmax-unroll=1"),
     "partwaves": ("latch-form-kernels", "latch-wrap-host-compute", "column-waves=false"),
+    "widecolumns": ("latch-form-kernels", "latch-wrap-host-compute", "column-bytes=128"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "deepunroll": ("latch-form-kernels", "latch-wrap-host-compute", "few-rows-unroll=16"),
     "classsums": ("latch-form-kernels", "latch-wrap-host-compute", "class-sums=true"),

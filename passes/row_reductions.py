@@ -92,7 +92,8 @@ _BLOCK = 256
 _WARP = 32
 _PER_LANE = 8           # elements a lane of a short row's group combines (short_row_lanes)
 _UNROLL = 4             # copies of the body per trip of a thread's strided loop
-_SECTOR_BITS = 256      # 32 bytes: a column tile is this wide in the input
+_SECTOR_BITS = 256      # 32 bytes: a column tile is this wide in the input ...
+COLUMN_BYTES = _SECTOR_BITS // 8   # ... by default (latch-wrap-host-compute's column-bytes)
 _COLUMN_THREADS = 1024  # at most this many threads per column-tile block
 _COLUMN_PER_THREAD = 8  # aim for at least this many elements per thread
 #: column tiles: the block slots of the GPU (two 1024-thread blocks on each of the H200's
@@ -257,11 +258,13 @@ def match_row_reduction(op):
 
 
 def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
-                               few_rows_unroll: int = 0, whole_waves: bool = True) -> int:
+                               few_rows_unroll: int = 0, whole_waves: bool = True,
+                               column_bytes: int = COLUMN_BYTES) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`;
     ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
-    :func:`column_splits`); returns how many were replaced."""
+    :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
+    replaced."""
     n = 0
     ops = [_op(o) for o in body.operations]
     erased = set()
@@ -272,7 +275,7 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
         if found is None:
             continue
         if found.column is not None:
-            _emit_columns(op, found, whole_waves)
+            _emit_columns(op, found, whole_waves, column_bytes)
         else:
             at = _finalizer(op, found, ops, k) if finish else None
             if at is not None:
@@ -653,12 +656,13 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def column_tile(info) -> tuple[int, int]:
-    """(W, R): outputs per block (threadIdx.x) and threads splitting the reduction
-    (threadIdx.y) of a column-tile kernel."""
+def column_tile(info, column_bytes: int = COLUMN_BYTES) -> tuple[int, int]:
+    """(W, R): outputs per block (threadIdx.x: ``column_bytes`` of the input, at most a
+    warp) and threads splitting the reduction (threadIdx.y) of a column-tile kernel."""
     n_out = math.prod(info.ranges[d] for d in info.par)
     n_red = math.prod(info.ranges[d] for d in info.red)
-    w = max(1, min(_WARP, _SECTOR_BITS // max(1, info.column_bits), _pow2_at_least(n_out)))
+    w = max(1, min(_WARP, 8 * column_bytes // max(1, info.column_bits),
+                   _pow2_at_least(n_out)))
     r = min(_COLUMN_THREADS // w, _pow2_at_least(-(-n_red // _COLUMN_PER_THREAD)))
     r = max(r, _pow2_at_least(-(-_WARP // w)), 2)
     return w, r
@@ -705,7 +709,8 @@ def _column_order(info) -> list:
     return inside + [d for d in info.par if d not in pos]
 
 
-def _emit_columns(op, info, whole_waves: bool = True) -> None:
+def _emit_columns(op, info, whole_waves: bool = True,
+                  column_bytes: int = COLUMN_BYTES) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -715,7 +720,7 @@ def _emit_columns(op, info, whole_waves: bool = True) -> None:
     out = list(op.operands)[-1]
     n_out = math.prod(ranges[d] for d in info.par)
     n_red = math.prod(ranges[d] for d in info.red)
-    w, r = column_tile(info)
+    w, r = column_tile(info, column_bytes)
     blocks = -(-n_out // w)
     splits = column_splits(info, blocks, r, whole_waves)
     slot_t = ir.IntegerType.get_signless(32) if info.logical else ir.F32Type.get()

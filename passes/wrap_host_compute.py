@@ -64,7 +64,8 @@ becomes an entry of the launch schedule's ``collectives`` and ends a run of host
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
 ``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
-``column-waves``, ``few-rows-unroll``, ``class-sums`` (the fields below).
+``column-waves``, ``column-bytes``, ``few-rows-unroll``, ``class-sums`` (the fields
+below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-wrap-host-compute, latch-form-kernels)'``
@@ -83,7 +84,7 @@ from latch.passes.buffer_views import root as _root
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
 from latch.passes.online_softmax_sums import (STAGED_BYTES, UNROLL as SOFTMAX_UNROLL,
                                               fuse_online_softmax_sums)
-from latch.passes.row_reductions import cooperative_row_reductions
+from latch.passes.row_reductions import COLUMN_BYTES, cooperative_row_reductions
 from latch.passes.vector_lanes import chunk_width, lane_of, load_chunk, read_along
 
 # ops that stay on the host as they are
@@ -170,6 +171,9 @@ class WrapHostCompute(ModulePass):
     #: (row_reductions.column_splits; false: the fewest slices making 264 blocks, the rule
     #: before the tenth stop)
     column_waves: bool = True
+    #: bytes of a row of the input a column tile's block reads across (its outputs: 8
+    #: f32 columns by default, one 32-byte sector; at most a warp of columns)
+    column_bytes: int = COLUMN_BYTES
     #: a full sum over several blocks finishes in its launch: the block that stores the
     #: last partial sum adds them all (false, the default: a second, one-block launch
     #: does).  Timed on an H100 with staged rows: TinyMoE B2 6.689 -> 6.759 ms, B32
@@ -205,7 +209,8 @@ class WrapHostCompute(ModulePass):
                                          self.held_chunks, self.staged_rows,
                                          self.softmax_unroll)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks,
-                                           self.few_rows_unroll, self.column_waves)
+                                           self.few_rows_unroll, self.column_waves,
+                                           self.column_bytes)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)

@@ -34,7 +34,7 @@ func.func @main(%x: memref<TOKxFEATxf32>, %g: memref<TOKxFEATxf32>,
 """
 
 
-def _run(tokens: int, features: int):
+def _run(tokens: int, features: int, options: str = ""):
     from mlir import ir
 
     import latch.dialect
@@ -44,7 +44,7 @@ def _run(tokens: int, features: int):
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
         m = ir.Module.parse(TEXT.replace("TOK", str(tokens)).replace("FEAT", str(features)))
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+        run_pipeline(m, f"builtin.module(latch-wrap-host-compute{options})")
         text = str(m)
         g = torch.Generator().manual_seed(4)
         x = torch.randn(tokens, features, generator=g, dtype=torch.float64).float()
@@ -69,6 +69,18 @@ def test_column_reduction_slices(tokens, features, splits):
         assert f"memref<{splits}x{features}xf32>" in host
     else:
         assert len(grids) == 1 and grids[0][1] == "1", grids
+    err = float((got - ref).abs().max() / ref.abs().max())
+    assert err < 1e-5, err
+
+
+def test_wide_column_tiles():
+    """column-bytes=128: a block's threads in x cover 32 f32 columns (whole 128-byte lines
+    of a row) instead of 8; 40 features -> 2 blocks of 32 x 32 threads, the second's extra
+    columns storing nothing; the sums as float64's."""
+    text, got, ref = _run(16384, 40, "{column-bytes=128}")
+    host = text.split("gpu.module")[0]
+    assert re.search(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c2(?:_\d+)?, .*threads\(.*?\) "
+                     r"in \(%\w+ = %c32(?:_\d+)?, %\w+ = %c32", host), host[:3000]
     err = float((got - ref).abs().max() / ref.abs().max())
     assert err < 1e-5, err
 
