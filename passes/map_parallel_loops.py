@@ -171,11 +171,13 @@ def _is_zero(v) -> bool:
 def guarded_loads(ops, iv) -> tuple[dict, list]:
     """({load result: condition}, the ops computing the conditions, in body order) for the
     loads of the straight-line body ``ops`` that are read only as ``select(c, load, 0)``
-    with ``c`` computed in the body without the fastest loop's index ``iv`` or another such
-    load (latch-form-contraction-kernels' elementwise readers of expert rows: ``c`` is
+    with ``c`` computed in the body without the fastest loop's index ``iv``, another such
+    load or a load of a buffer the body stores to (the conditions move to the front of the
+    body: latch-form-contraction-kernels' elementwise readers of expert rows, ``c`` is
     ``row < extent``).  Such a load need only be issued where ``c`` holds: elsewhere its
     select yields the 0 whatever it read."""
     producer = {r: o for o in ops for r in o.results}
+    stored = {root(o.operands[1]) for o in ops if o.name == "memref.store"}
 
     def slice_of(v) -> list | None:
         seen, order, todo = set(), [], [v]
@@ -186,6 +188,8 @@ def guarded_loads(ops, iv) -> tuple[dict, list]:
             o = producer.get(x)
             if o is None or o in seen:
                 continue
+            if o.name == "memref.load" and root(o.operands[0]) in stored:
+                return None               # it may not move before the body's stores
             seen.add(o)
             order.append(o)
             todo.extend(o.operands)
@@ -325,8 +329,10 @@ def _map(par, threads: int, most: int = 1, min_blocks: int = 0, vector: bool = F
                 maps.append(body_map(ivs_e))
             first = _load_slice(ops) if _loads_first(ops) else []
             # every iteration's conditions, then every iteration's loads, then the rest
+            # (iterations one after another when their loads may not go first)
             phases = [conditions, [o for o in first if o not in conditions],
-                      [o for o in ops if o not in first and o not in conditions]]
+                      [o for o in ops if o not in first and o not in conditions]] \
+                if first else [ops]
             emitters = [emitter(m) for m in maps]
             for phase in phases:
                 for m, em in zip(maps, emitters):

@@ -293,3 +293,30 @@ func.func @padding_rows(%x: memref<2x8x512xf32>, %ext: memref<2xi32>, %y: memref
   }
   return
 }
+
+// -----
+// The condition reads a buffer the body stores to: it may not move to the front, so the
+// load stays unguarded.
+// CHECK-LABEL: func.func @condition_from_a_stored_buffer(
+// CHECK-NOT: scf.if %{{.*}} -> (f32)
+// CHECK: return
+func.func @condition_from_a_stored_buffer(%x: memref<2x8x512xf32>, %ext: memref<2x8x512xi32>, %y: memref<2x8x512xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c8 = arith.constant 8 : index
+  %c512 = arith.constant 512 : index
+  %zero = arith.constant 0.0 : f32
+  %none = arith.constant 0 : i32
+  scf.parallel (%c, %r, %e) = (%c0, %c0, %c0) to (%c512, %c8, %c2) step (%c1, %c1, %c1) {
+    memref.store %none, %ext[%e, %r, %c] : memref<2x8x512xi32>
+    %v = memref.load %x[%e, %r, %c] : memref<2x8x512xf32>
+    %n = memref.load %ext[%e, %r, %c0] : memref<2x8x512xi32>
+    %end = arith.index_cast %n : i32 to index
+    %live = arith.cmpi ult, %r, %end : index
+    %s = arith.select %live, %v, %zero : f32
+    memref.store %s, %y[%e, %r, %c] : memref<2x8x512xf32>
+    scf.reduce
+  }
+  return
+}
