@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=.:tests/py:bench
 export LATCH_COMMIT="${LATCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 : "${OUT:=bench/results}"
-: "${AB:=latch-classsums,latch-deepunroll}"
+: "${AB:=latch-onechunkloads,latch-loadpadding}"
 ART=bench/artifacts/tinymoe196m
 stage="${1:-speed}"
 log() { echo "== $(date -u +%H:%M:%S) $*"; }

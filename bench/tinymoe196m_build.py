@@ -42,16 +42,16 @@ before the tenth stop), ``-partwaves`` the norm weights' gradients (column-tile 
 the fewest slices making 264 blocks (``latch-wrap-host-compute{column-waves=false}``, the
 default before the tenth stop: 1.45 waves at B32), the on-switch ``-widecolumns`` column tiles 128
 bytes of the input wide instead of 32 (a warp reads whole 128-byte lines of one row:
-``latch-wrap-host-compute{column-bytes=128}``, not yet timed), ``-splitstores`` elementwise kernels that read bf16 beside
+``latch-wrap-host-compute{column-bytes=128}``: slower for bf16 inputs on an H100), ``-splitstores`` elementwise kernels that read bf16 beside
 f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-stores=false}``,
 the default before the ninth stop), and one step *on* that is off by default:
 ``-lastblocksums`` the full sums over several blocks (the clip's per-tensor sums of squares)
 finished by their last block instead of a second launch
 (``latch-wrap-host-compute{last-block-sums=true}``: slower on the H100), the on-switch
 ``-deepunroll`` row reductions of a block per output on few blocks (the MoE's per-expert
-counts) unrolled 16 times instead of 4 (``latch-wrap-host-compute{few-rows-unroll=16}``, not
-yet timed), the on-switch ``-classsums`` the routing rank's count as one thread per row of
-experts (``latch-wrap-host-compute{class-sums=true}``, not yet timed); ``-perthread2``,
+counts) unrolled 16 times instead of 4 (``latch-wrap-host-compute{few-rows-unroll=16}``: gain
+not established on an H100), the on-switch ``-classsums`` the routing rank's count as one thread per row of
+experts (``latch-wrap-host-compute{class-sums=true}``: slower on an H100); ``-perthread2``,
 ``-perthread1`` elementwise kernels running at most 2 (1) vector iterations a thread instead
 of 4 (``latch-map-parallel-loops{per-thread=2}``: fewer registers, more threads resident); ``-scalargathers``
 the one-hot gathers reading a source row one element a load

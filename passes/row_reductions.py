@@ -33,7 +33,7 @@ Each thread's strided loop is unrolled ``_UNROLL`` times (the same elements in t
 order, one accumulator chain: the loads of the copies are independent, so several are in
 flight at once instead of one load per loop trip), with a remainder loop when the trip
 count does not divide; ``few-rows-unroll`` times (a ``latch-wrap-host-compute`` option, off
-by default until timed) when a block per output leaves most SMs idle (fewer blocks than
+by default: its one TinyMoE kernel's gain not established on an H100) when a block per output leaves most SMs idle (fewer blocks than
 ``FEW_BLOCKS``: the kernel's loads in flight are those few blocks').  Loop indices are recovered from linear numbers with ``affine.apply``
 (see :func:`_split`), so the divisors stay compile-time constants of the kernel.  The combining order is fixed by the shapes, so results are
 deterministic (a tree instead of a left-to-right chain: at least as accurate).

@@ -33,7 +33,7 @@ the return:
   a parallel dimension take the serial path below.
 * An integer sum split by a class, ``sum_k L[b, k] * [x[t, k] == s[e]]`` (a MoE's routing
   rank), becomes one thread per ``(b, t)`` keeping the accumulators of all the classes
-  (``passes/class_sums.py``; ``class-sums``, default false until timed).
+  (``passes/class_sums.py``; ``class-sums``, default false: timed slower on an H100).
 * A sum over ``k`` of terms that are zero unless ``t(o) == k`` (a cross-entropy's gather
   gradient over the vocabulary) becomes one thread per output computing the term at
   ``k = t(o)`` (``passes/one_hot_reductions.py``), before the row reductions below.
