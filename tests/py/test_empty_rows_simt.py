@@ -55,12 +55,11 @@ def _form(empty_rows: bool) -> str:
                         % str(empty_rows).lower())
 
 
-def _skipping_and_not(cls, tmp_path, monkeypatch, inputs=_inputs,
-                      reference: bool = True) -> tuple[str, int]:
-    """Update a fresh ``cls`` model with and without ``empty-rows`` in the SIMT interpreter:
-    the same bits; with ``reference``, the parameters' change under SGD(1.0) is their
-    float64 gradient within bf16 error.  Returns the skipping module's text and the number
-    of its product kernels that load extents."""
+def _same_bits(cls, inputs, form_of, tmp_path, monkeypatch):
+    """(model, x, y, {True: run, False: run}): a fresh ``cls`` model updated in the SIMT
+    interpreter with the module formed by ``form_of(True)`` and by ``form_of(False)``
+    (test_attention_fused_program._update's results), every product skipping wherever the
+    rows allow it; the two runs' parameters and loss are the same bits."""
     from latch.passes import empty_rows
 
     monkeypatch.setattr(empty_rows, "MIN_WAVES", 0)     # these products are small: skip
@@ -69,14 +68,24 @@ def _skipping_and_not(cls, tmp_path, monkeypatch, inputs=_inputs,
     model = cls()
     x, y = inputs()
     runs = {}
-    for skip in (True, False):
-        (tmp_path / str(skip)).mkdir()
-        runs[skip] = _update(model, x, y, "math", tmp_path / str(skip), monkeypatch,
-                             form=_form(skip))
-    new, got_loss, _, text, _ = runs[True]
-    for a, b in zip(new, runs[False][0]):
+    for on in (True, False):
+        (tmp_path / str(on)).mkdir()
+        runs[on] = _update(model, x, y, "math", tmp_path / str(on), monkeypatch,
+                           form=form_of(on))
+    for a, b in zip(runs[True][0], runs[False][0]):
         assert torch.equal(a, b)
-    assert got_loss == runs[False][1]
+    assert runs[True][1] == runs[False][1]
+    return model, x, y, runs
+
+
+def _skipping_and_not(cls, tmp_path, monkeypatch, inputs=_inputs,
+                      reference: bool = True) -> tuple[str, int]:
+    """Update a fresh ``cls`` model with and without ``empty-rows`` in the SIMT interpreter:
+    the same bits; with ``reference``, the parameters' change under SGD(1.0) is their
+    float64 gradient within bf16 error.  Returns the skipping module's text and the number
+    of its product kernels that load extents."""
+    model, x, y, runs = _same_bits(cls, inputs, _form, tmp_path, monkeypatch)
+    new, got_loss, _, text, _ = runs[True]
     assert _loading(runs[False][3]) == 0
     if reference:
         ref = cls().double()
@@ -248,23 +257,10 @@ def test_elementwise_kernels_load_only_rows_before_the_extent(tmp_path, monkeypa
     forward and backward) read their inputs only in rows
     before their expert's extent; past it the body sees zeros, as it read there before.
     Same bits as loading every row, and the loads are guarded only with the option."""
-    from latch.passes import empty_rows
-
-    monkeypatch.setattr(empty_rows, "MIN_WAVES", 0)
-    monkeypatch.setattr(empty_rows, "MIN_K_TILES", 0)
-    torch.manual_seed(0)
-    model = MoELayer()
-    x, y = _inputs()
-    runs = {}
-    for loads in (True, False):
-        (tmp_path / str(loads)).mkdir()
-        form = _form(True).replace("empty-rows=true", f"empty-rows=true empty-row-loads="
-                                   f"{str(loads).lower()}")
-        runs[loads] = _update(model, x, y, "math", tmp_path / str(loads), monkeypatch,
-                              form=form)
-    for a, b in zip(runs[True][0], runs[False][0]):
-        assert torch.equal(a, b)
-    assert runs[True][1] == runs[False][1]
+    def form_of(loads: bool) -> str:
+        return _form(True).replace("empty-rows=true", "empty-rows=true empty-row-loads="
+                                   + str(loads).lower())
+    _, _, _, runs = _same_bits(MoELayer, _inputs, form_of, tmp_path, monkeypatch)
     skipping, loading = _guarded_loads(runs[True][3]), _guarded_loads(runs[False][3])
     # the SwiGLU forward's gate and up rows, its backward's output gradient, gate and up
     # rows (the products' bf16 roundings are written by the products themselves)
