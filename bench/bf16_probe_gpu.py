@@ -139,11 +139,8 @@ def main(argv=None) -> int:
                   f"{rec['worst_torch_bf16']:.3e}; beyond 0.08 like torch "
                   f"{sorted(rec['beyond_limit_like_torch'])}; bad {rec['bad']}", flush=True)
     stamp = env["date"].replace(":", "").replace("-", "")
-    for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, f"bf16_probe-{stamp}.json"), "w") as f:
-                json.dump(records, f, indent=1)
+    from results_files import save_records
+    save_records(records, f"bf16_probe-{stamp}")
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 

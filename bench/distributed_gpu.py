@@ -326,11 +326,8 @@ def main() -> int:
 
     def save():
         doc = {"env": env, "records": records}
-        for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-                with open(os.path.join(folder, f"distributed-{now}.json"), "w") as f:
-                    json.dump(doc, f, indent=1)
+        from results_files import save_records
+        save_records(doc, f"distributed-{now}")
 
     parts = args.parts.split(",")
     if "numerics" in parts:

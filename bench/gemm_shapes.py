@@ -196,11 +196,8 @@ def run(only, iters: int) -> int:
         del a, b, ma, mb
         torch.cuda.empty_cache()
     stamp = env["date"].replace(":", "").replace("-", "")
-    for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, f"gemm_shapes-{stamp}.json"), "w") as f:
-                json.dump(records, f, indent=1)
+    from results_files import save_records
+    save_records(records, f"gemm_shapes-{stamp}")
     return 0
 
 

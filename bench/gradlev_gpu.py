@@ -215,13 +215,9 @@ def main() -> int:
         f"{e} {t['median_ms']:.3f} ({base / t['median_ms']:.2f}x vs {ref})"
         for e, t in times.items()))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, f"gradlev-{stamp}.json")
-            with open(path, "w") as f:
-                json.dump(records, f, indent=1)
-            log(f"wrote {path}")
+    from results_files import save_records
+    for path in save_records(records, f"gradlev-{stamp}"):
+        log(f"wrote {path}")
     log("numerics: " + ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
 

@@ -143,11 +143,8 @@ def main(argv=None) -> int:
         b = torch.empty_like(a)
         record(module, "copy", median_ms(torch, lambda: b.copy_(a)), 32 * elements)
     stamp = env["date"].replace(":", "").replace("-", "")
-    for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, f"optimizer_kernel-{stamp}.json"), "w") as f:
-                json.dump(records, f, indent=1)
+    from results_files import save_records
+    save_records(records, f"optimizer_kernel-{stamp}")
     return 0
 
 

@@ -218,11 +218,8 @@ def main() -> int:
                     r[f"speedup_vs_{other}"] = base[other] / r["median_ms_per_microbatch"]
                     print(f"latch vs {other}: {r[f'speedup_vs_{other}']:.3f}x")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, f"selective-{now}.json"), "w") as f:
-                json.dump(records, f, indent=1)
+    from results_files import save_records
+    save_records(records, f"selective-{now}")
     return 0
 
 

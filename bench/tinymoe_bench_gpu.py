@@ -388,11 +388,8 @@ def main() -> int:
     stamp = env["date"].replace(":", "").replace("-", "")
 
     def save():
-        for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-                with open(os.path.join(folder, f"tinymoe_bench-{stamp}.json"), "w") as f:
-                    json.dump(records, f, indent=1)
+        from results_files import save_records
+        save_records(records, f"tinymoe_bench-{stamp}")
 
     workloads = (args.workloads.split(",") if args.workloads
                  else [f"b{b}" for b in args.batches.split(",")])
