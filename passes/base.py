@@ -97,6 +97,17 @@ def int_constant(v):
     return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None
 
 
+def float_constant(v):
+    """The float value of ``v`` when an ``arith.constant`` defines it, else None."""
+    from mlir import ir
+
+    o = defining_op(v)
+    if o is None or o.name != "arith.constant":
+        return None
+    a = o.attributes["value"]
+    return ir.FloatAttr(a).value if isinstance(a, ir.FloatAttr) else None
+
+
 def element_bits(t) -> int:
     """Width in bits of an integer or float type (32 for anything else: index)."""
     from mlir import ir

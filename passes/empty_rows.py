@@ -51,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import operation as _op
+from latch.passes.base import float_constant, operation as _op
 from latch.passes.buffer_views import identity_layout, may_write, root, users
 
 #: ops a factor may apply to the element it reads and still be zero where it is zero
@@ -86,19 +86,6 @@ class ZeroRows:
     rows: int | None = None    # S chosen by the first product that reads it
     extents: object = None
     gather: int | None = None  # the gather's index among the contractions (its own rows)
-
-
-def _float_value(v):
-    """The value of an ``arith.constant`` float, else None."""
-    from mlir import ir
-
-    if hasattr(v.owner, "arguments") or _op(v.owner).name != "arith.constant":
-        return None
-    attr = _op(v.owner).attributes["value"]
-    try:
-        return ir.FloatAttr(attr).value
-    except (ValueError, TypeError):
-        return None
 
 
 def maps_zero_to_zero(g) -> bool:
@@ -208,7 +195,7 @@ def _zero_results(block, arg) -> list:
     def value(v):
         if v in values:
             return values[v]
-        c = _float_value(v)
+        c = float_constant(v)
         return ZERO if c == 0.0 else ANY
 
     for o in block.operations:

@@ -1457,16 +1457,12 @@ def _skip_row_loads(module, rows: list) -> None:
 
     marked = []
 
-    def walk(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    inner = _op(inner)
-                    if inner.name == "linalg.generic" and _ROW_READER in inner.attributes:
-                        marked.append(inner)
-                    else:
-                        walk(inner)
-    walk(module.operation)
+    def visit(op):
+        if op.name == "linalg.generic" and _ROW_READER in op.attributes:
+            marked.append(_op(op))
+        return ir.WalkResult.ADVANCE
+    for f in function_definitions(module):    # not the kernels' gpu.modules
+        f.walk(visit)
     for op in marked:
         n = ir.IntegerAttr(op.attributes[_ROW_READER]).value
         del op.attributes[_ROW_READER]

@@ -61,7 +61,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, function_definitions, int_constant, operation as _op
+from latch.passes.base import (ModulePass, float_constant, function_definitions, int_constant,
+                               operation as _op)
 from latch.passes.buffer_views import root
 from latch.passes.generic_body import (clone_body_ops, compare, delinearize, flat_launch,
                                        guarded_value, index_constant, zero_of)
@@ -155,17 +156,7 @@ def _load_slice(ops) -> list:
 
 def _is_zero(v) -> bool:
     """Whether ``v`` is an ``arith.constant`` 0 (integer or float, either sign)."""
-    from mlir import ir
-
-    from latch.passes.base import defining_op
-
-    o = defining_op(v)
-    if o is None or o.name != "arith.constant":
-        return False
-    a = o.attributes["value"]
-    if isinstance(a, ir.FloatAttr):
-        return ir.FloatAttr(a).value == 0.0
-    return isinstance(a, ir.IntegerAttr) and ir.IntegerAttr(a).value == 0
+    return int_constant(v) == 0 or float_constant(v) == 0.0
 
 
 def guarded_loads(ops, iv) -> tuple[dict, list]:
