@@ -40,7 +40,10 @@ the default before the ninth stop), ``-onechunkloads`` the loss's online softmax
 chunk of a row a loop iteration (``latch-wrap-host-compute{softmax-unroll=1}``, the default
 before the tenth stop), ``-partwaves`` the norm weights' gradients (column-tile reductions) cut into
 the fewest slices making 264 blocks (``latch-wrap-host-compute{column-waves=false}``, the
-default before the tenth stop: 1.45 waves at B32), the on-switch ``-widecolumns`` column tiles 128
+default before the tenth stop: 1.45 waves at B32), ``-normlaunch`` the readers of a row
+reduction's totals (RMSNorm's normalization) in a launch of their own instead of in the
+reduction's warps (``latch-wrap-host-compute{row-readers=false}``, the default before the
+eleventh stop), the on-switch ``-widecolumns`` column tiles 128
 bytes of the input wide instead of 32 (a warp reads whole 128-byte lines of one row:
 ``latch-wrap-host-compute{column-bytes=128}``: slower for bf16 inputs on an H100), ``-splitstores`` elementwise kernels that read bf16 beside
 f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-stores=false}``,
@@ -118,6 +121,7 @@ OFF_SWITCHES = {
     "rereadrows": ("latch-form-kernels", "latch-wrap-host-compute", "staged-rows=0"),
     "onechunkloads": ("latch-form-kernels", "latch-wrap-host-compute", "softmax-unroll=1"),
     "partwaves": ("latch-form-kernels", "latch-wrap-host-compute", "column-waves=false"),
+    "normlaunch": ("latch-form-kernels", "latch-wrap-host-compute", "row-readers=false"),
     "widecolumns": ("latch-form-kernels", "latch-wrap-host-compute", "column-bytes=128"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "deepunroll": ("latch-form-kernels", "latch-wrap-host-compute", "few-rows-unroll=16"),

@@ -491,14 +491,14 @@ def _lane_values(sc: Scatter, dims: list, width: int, last: int):
     from mlir import ir
 
     from latch.passes.form_contraction_kernels import load_factor_inputs
-    from latch.passes.vector_lanes import LaneEmitter, _aligned, _bytes, lane_of
+    from latch.passes.vector_lanes import LaneEmitter, aligned_chunks, _bytes, lane_of
 
     con = sc.con
     side = con.sides[sc.value_side]
     block = con.op.regions[0].blocks[0]
 
     def vectorizable(mt) -> bool:
-        return _bytes(mt.element_type) is not None and _aligned(mt, width)
+        return _bytes(mt.element_type) is not None and aligned_chunks(mt, width)
 
     along_inputs = []
     for i in side.args:

@@ -34,7 +34,7 @@ from latch.passes.generic_body import (clone_body_ops, compare, index_constant, 
                                        indices, load_inputs, loop_ranges, segments)
 from latch.passes.row_reductions import (_BLOCK as _THREADS, _BLOCK_MIN, _split,
                                          block_all_reduce, match_row_reduction)
-from latch.passes.vector_lanes import _aligned, lane_of, load_chunk
+from latch.passes.vector_lanes import aligned_chunks, lane_of, load_chunk
 
 _CHUNK = 8
 #: chunks a thread may keep in registers when a reader is finished in the launch (the row
@@ -629,7 +629,7 @@ def _contiguous_along(v, m, info) -> bool:
     mt = ir.MemRefType(v.type)
     return bool(results) and results[-1] == f"d{last}" and \
         info.ranges[last] % _CHUNK == 0 and element_bits(mt.element_type) in (16, 32) and \
-        _aligned(mt, _CHUNK)
+        aligned_chunks(mt, _CHUNK)
 
 
 def _contiguous_chunks(x, info) -> bool:

@@ -58,6 +58,16 @@ generic reading only the totals, element for element (RMSNorm's ``rsqrt(sum / n 
 the lane that stores a total also applies that op's body and stores into its output (its
 allocation moved in front of the launch): one launch fewer for every norm (TinyMoE B2: 17,
 on the critical path).
+
+**Rows read in the same launch** (:func:`_row_reader`, option ``row-readers``): when the
+op after that (or after the reduction) is an all-parallel generic over the reduction's own
+loops reading the totals at each row — RMSNorm's ``x * rstd * w``, a launch that read the
+whole of ``x`` again — the warps run it too: the lane that stores a total hands the stored
+value to its group (``gpu.shuffle idx``), each lane computes the finished value from it
+(the same bits as the stored one) and walks its chunks of the row (``v * lane, v * (lane +
+group), ...``), the row's other inputs read again from memory while the warp's own reads
+of them are still in L1 or L2, its outputs stored a vector a chunk.  Another launch fewer
+for every norm, and a read of ``x`` from memory fewer.
 """
 from __future__ import annotations
 
@@ -259,10 +269,12 @@ def match_row_reduction(op):
 
 def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
                                few_rows_unroll: int = 0, whole_waves: bool = True,
-                               column_bytes: int = COLUMN_BYTES) -> int:
+                               column_bytes: int = COLUMN_BYTES,
+                               row_readers: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
-    ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`;
-    ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
+    ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
+    with ``row_readers`` also the next op reading the totals row by row:
+    :func:`_row_reader`; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
     :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
     replaced."""
     n = 0
@@ -278,12 +290,17 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
             _emit_columns(op, found, whole_waves, column_bytes)
         else:
             at = _finalizer(op, found, ops, k) if finish else None
+            reader = _row_reader(op, found, ops, k, at) if finish and row_readers else None
             if at is not None:
                 hoist_definition(ops[at].operands[1], op)
-            _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll)
-            if at is not None:
-                ops[at].erase()
-                erased.add(at)
+            if reader is not None:
+                hoist_definition(list(ops[reader.at].operands)[-1], op)
+            _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
+                  reader)
+            for j in (at, reader.at if reader is not None else None):
+                if j is not None:
+                    ops[j].erase()
+                    erased.add(j)
         op.erase()
         n += 1
     return n
@@ -329,6 +346,132 @@ def _finalizer(op, info, ops, k):
         if _root(v) == _root(result) or slots_overlap(span, arena_span(v)):
             return None
     return at
+
+
+@dataclasses.dataclass
+class RowReader:
+    """A row reduction's elementwise reader finished in its launch (:func:`_row_reader`):
+    ``at`` its position in the block's ops, ``totals`` {input number: 0 for the reduction's
+    output, 1 for the finishing op's}, ``v`` the consecutive elements a lane takes at once,
+    ``loops`` the reduction's loop that each of its loops is."""
+    op: object
+    at: int
+    totals: dict
+    v: int
+    loops: tuple
+
+
+def _row_reader(op, info, ops, k, fin_at):
+    """A :class:`RowReader` when the warps of reduction ``ops[k] = op`` (finished by
+    ``ops[fin_at]``, or None) can also run the next op (allocations, views and constants
+    aside): an all-parallel generic over the reduction's own loops (the same trip counts in
+    the same order) that reads the totals (the reduction's output or the finishing op's) at
+    each row as the reduction writes them, and other buffers at any index — RMSNorm's
+    ``x * rsqrt(sum / n + eps) * w``, which reads the rows the reduction just read.  Each
+    lane then reads the totals from a register and walks its part of the row (the row is in
+    L1 or L2: the same warp read it a moment ago) instead of a launch reading the whole
+    tensor again.  Required besides: a body of ``arith``/``math`` ops (and ``linalg.index``)
+    not reading its output element; an output written element for element (a permutation)
+    that shares no bytes with a buffer the reduction or the reader reads or the totals
+    (other warps may not have read their rows yet); its allocation movable in front of the
+    reduction; everything else the reader uses defined before the reduction; a warp (or a
+    group of lanes) per row with no row shared by two groups of a warp (:func:`_emit`'s
+    clamped rows).  None otherwise."""
+    from mlir import ir
+
+    from latch.passes.buffer_views import (defined_by_views, may_share_bytes, memrefs_used,
+                                           next_memory_op)
+    from latch.passes.vector_lanes import aligned_chunks, chunk_width
+
+    n_red = math.prod(info.ranges[d] for d in info.red)
+    n_out = math.prod(info.ranges[d] for d in info.par)
+    if info.logical or n_red >= _BLOCK_MIN:
+        return None
+    group = short_row_lanes(n_red)
+    if n_out % (_BLOCK // group) and group < _WARP:
+        return None
+    at = next_memory_op(ops, fin_at if fin_at is not None else k)
+    if at is None:
+        return None
+    g = ops[at]
+    if g.name != "linalg.generic" or g.results or len(g.regions) != 1 or \
+            segments(g)[1] != 1 or \
+            any("parallel" not in str(t) for t in ir.ArrayAttr(g.attributes["iterator_types"])):
+        return None
+    maps, ranges = loop_ranges(g)
+    totals = [list(op.operands)[-1]]
+    if fin_at is not None:
+        totals.append(ops[fin_at].operands[1])
+    operands = list(g.operands)
+    ins, res = operands[:-1], operands[-1]
+    if not isinstance(res.type, ir.MemRefType) or not ir.MemRefType(res.type).has_static_shape \
+            or not maps[-1].is_permutation:
+        return None
+    block = g.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    if list(block.arguments[len(ins)].uses) or body[-1].name != "linalg.yield" or \
+            len(body[-1].operands) != 1:
+        return None
+    between = ops[k + 1:at]
+    for o in body[:-1]:
+        if o.regions or (o.name.split(".")[0] not in ("arith", "math") and
+                         o.name != "linalg.index"):
+            return None
+        for x in o.operands:                # values from outside: defined before the launch
+            if not hasattr(x.owner, "arguments") and _op(x.owner) in between:
+                return None
+    read = {}
+    for j, x in enumerate(ins):
+        if not isinstance(x.type, ir.MemRefType):
+            if not hasattr(x.owner, "arguments") and _op(x.owner) in between:
+                return None
+            continue
+        if not ir.MemRefType(x.type).has_static_shape or not defined_by_views(x, between):
+            return None
+        if any(x == t for t in totals):
+            read[j] = next(i for i, t in enumerate(totals) if x == t)
+        elif any(may_share_bytes(x, t) for t in totals):
+            return None
+    if not read or not defined_by_views(res, between):
+        return None
+    reads = memrefs_used(op) + [x for x in ins if isinstance(x.type, ir.MemRefType)]
+    if any(may_share_bytes(res, x) for x in reads + totals):
+        return None
+    loops = _reader_loops(op, info, g, maps, ranges, read)
+    if loops is None:
+        return None
+    last = loops.index(info.red[-1])
+    v = chunk_width(g, maps, ranges, last)
+    results = [str(e) for e in maps[-1].results]
+    while v > 1 and (n_red % (group * v) or results[-1] != f"d{last}" or
+                     not aligned_chunks(ir.MemRefType(res.type), v)):
+        v //= 2
+    return RowReader(g, at, read, v, loops)
+
+
+def _reader_loops(op, info, g, maps, ranges, read):
+    """The reduction loop each loop of reader ``g`` is (a tuple; the identity first): the
+    trip counts agree, the totals are read at the reduction's output indices, and a buffer
+    both read is read at the same elements; None when no assignment fits
+    (latch-wrap-host-compute may have ordered the two ops' loops differently)."""
+    import itertools
+    import re
+
+    n = len(ranges)
+    if n != len(info.ranges) or sorted(ranges) != sorted(info.ranges):
+        return None
+    red_ins = list(op.operands)[:-1]
+    shared = [(maps[j], info.maps[i]) for j, x in enumerate(list(g.operands)[:-1])
+              for i, y in enumerate(red_ins) if j not in read and x == y]
+    want = [(maps[j], info.maps[-1]) for j in read] + shared
+    dim = re.compile(r"\bd(\d+)\b")
+    for perm in itertools.permutations(range(n)):
+        if any(ranges[i] != info.ranges[perm[i]] for i in range(n)):
+            continue
+        if all([dim.sub(lambda m: f"d{perm[int(m.group(1))]}", str(e)) for e in a.results] ==
+               [str(e) for e in b.results] for a, b in want):
+            return perm
+    return None
 
 
 # -- pieces shared by both forms ----------------------------------------------------------
@@ -492,7 +635,7 @@ def _combine(info, a, b):
 def _store_total(out, where, total, info, finish=None) -> None:
     """``out[where] = combine(out[where], total)`` (an i1 in i8 is narrowed and widened);
     with ``finish`` (:func:`_finalizer`'s op) its body applied to that value is also stored
-    into its output at ``where``."""
+    into its output at ``where``.  Returns the combined value (before widening)."""
     from mlir import ir
 
     elt = ir.MemRefType(out.type).element_type
@@ -501,12 +644,14 @@ def _store_total(out, where, total, info, finish=None) -> None:
         old = ir.Operation.create("arith.trunci", [ir.IntegerType.get_signless(1)],
                                   [old]).result
     new = _combine(info, old, total)
+    stored = new
     if info.logical:
         new = ir.Operation.create("arith.extui", [elt], [new]).result
     ir.Operation.create("memref.store", [], [new, out] + where)
     if finish is not None:
         ir.Operation.create("memref.store", [], [apply_body(finish, new),
                                                  finish.operands[1]] + where)
+    return stored
 
 
 # -- a warp or a block per output --------------------------------------------------------
@@ -543,7 +688,8 @@ def _unroll_of(n_blocks: int, per_block: int, few_rows_unroll: int, trips: int) 
     return _UNROLL
 
 
-def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0) -> None:
+def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
+          reader: RowReader | None = None) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -598,14 +744,107 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0) 
         first = compare("eq", lane, index_constant(0))
         if inside is not None:
             first = ir.Operation.create("arith.andi", [first.type], [first, inside]).result
-        store = scf.IfOp(first)
-        with ir.InsertionPoint(store.then_block):
-            _store_total(out, indices(info.maps[-1], dims), total, info, finish)
-            scf.YieldOp([])
+        where = indices(info.maps[-1], dims)
+        if reader is None:
+            store = scf.IfOp(first)
+            with ir.InsertionPoint(store.then_block):
+                _store_total(out, where, total, info, finish)
+                scf.YieldOp([])
+        else:
+            # the lane that stores the total hands the stored value to its group's lanes
+            # (only it reads the output's old value: no lane reads what another writes)
+            store = scf.IfOp(first, [total.type], has_else=True)
+            with ir.InsertionPoint(store.then_block):
+                scf.YieldOp([_store_total(out, where, total, info, finish)])
+            with ir.InsertionPoint(store.else_block):
+                scf.YieldOp([total])
+            stored = _from_first_lane(store.results[0], lane, group)
+            values = [stored] + ([apply_body(finish, stored)] if finish is not None else [])
+            _emit_reader(reader, info, dims, lane, group, values)
         if guard:
             scf.YieldOp([])
     with ir.InsertionPoint(lb), op.location:
         ir.Operation.create("gpu.terminator", [])
+
+
+def _from_first_lane(value, lane, group: int):
+    """``value`` of the first lane of each group of ``group`` lanes (``lane``: the lane's
+    number in its group; groups fill the warps in order): a ``gpu.shuffle idx``."""
+    from mlir import ir
+
+    i32 = ir.IntegerType.get_signless(32)
+
+    def const(n):
+        return ir.Operation.create("arith.constant", [i32],
+                                   attributes={"value": ir.IntegerAttr.get(i32, n)}).result
+
+    if group >= _WARP:
+        src = const(0)
+    else:                       # the group's first lane: the warp lane minus the group's lane
+        index = ir.IndexType.get()
+        warp_lane = ir.Operation.create("gpu.lane_id", [index]).result
+        first = ir.Operation.create("arith.subi", [index], [warp_lane, lane]).result
+        src = ir.Operation.create("arith.index_cast", [i32], [first]).result
+    return ir.Operation.create(
+        "gpu.shuffle", [value.type, ir.IntegerType.get_signless(1)], [value, src, const(_WARP)],
+        attributes={"mode": ir.Attribute.parse("#gpu<shuffle_mode idx>")}).results[0]
+
+
+def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> None:
+    """The reader's body for the row at the parallel indices in ``dims``: lane ``lane`` of
+    the row's ``group`` lanes takes chunks of ``reader.v`` consecutive elements ``v*lane,
+    v*(lane + group), ...`` (the reduction elements' order, last loop fastest), reading the
+    totals from ``values`` (0: the reduction's output, 1: the finishing op's) and the other
+    inputs from memory, and stores its elements (one vector store a chunk)."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    from latch.passes.vector_lanes import lane_of, load_chunk, read_along
+
+    g, v = reader.op, reader.v
+    operands = list(g.operands)
+    ins, res = operands[:-1], operands[-1]
+    maps = indexing_maps(g)
+    block = g.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    result = body[-1].operands[0]
+    n_red = math.prod(info.ranges[d] for d in info.red)
+    fixed = {block.arguments[j]: values[t] for j, t in reader.totals.items()}
+    last = reader.loops.index(info.red[-1])
+    along = read_along(ins, maps, f"d{last}") - set(reader.totals) if v > 1 else set()
+    loaded = set(range(len(ins))) - set(reader.totals) - along
+    elt = ir.MemRefType(res.type).element_type
+    index = ir.IndexType.get()
+
+    def chunk(k):
+        at = list(dims)
+        _split(k, info.red[::-1], info.ranges, at)
+        here = [at[d] for d in reader.loops]
+        shared = dict(fixed)
+        load_inputs(block, ins, maps, here, shared, only=loaded)
+        vectors = load_chunk(block, ins, maps, here, v, along) if along else {}
+        ys = []
+        for u in range(v):
+            mapping = dict(shared)
+            mapping.update(lane_of(vectors, u))
+            clone_body_ops(body[:-1], mapping, here)
+            ys.append(mapping.get(result, result))
+        where = indices(maps[-1], here)
+        if v == 1:
+            ir.Operation.create("memref.store", [], [ys[0], res] + where)
+            return
+        vec = ir.Operation.create("vector.from_elements", [ir.VectorType.get([v], elt)],
+                                  ys).result
+        ir.Operation.create("vector.store", [], [vec, res] + where, attributes={
+            "alignment": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                            v * element_bits(elt) // 8)})
+
+    start = ir.Operation.create("arith.muli", [index], [lane, index_constant(v)]).result \
+        if v > 1 else lane
+    loop = scf.ForOp(start, index_constant(n_red), index_constant(group * v))
+    with ir.InsertionPoint(loop.body):
+        chunk(loop.induction_variable)
+        scf.YieldOp([])
 
 
 def block_all_reduce(value, kind: str):

@@ -129,13 +129,13 @@ def vector_width(ops, iv, count: int, lo: int, step: int, narrow: bool = True,
         if whole_stores and widest_stored:
             v = min(v, _MAX_BYTES // widest_stored)
     while v > 1:
-        if count % v == 0 and all(_aligned(mt, v) for mt in lanes):
+        if count % v == 0 and all(aligned_chunks(mt, v) for mt in lanes):
             return v
         v //= 2
     return 1
 
 
-def _aligned(mt, v: int) -> bool:
+def aligned_chunks(mt, v: int) -> bool:
     """Whether every ``v``-element run starting at a multiple of ``v`` of the last index is
     contiguous and ``v``-element aligned (buffers themselves are 256-byte aligned)."""
     strides, offset = mt.get_strides_and_offset()
@@ -182,7 +182,7 @@ def chunk_width(op, maps, ranges, last: int) -> int:
     narrowest = min(_bytes(mt.element_type) for mt in along)
     widest = max(_bytes(mt.element_type) for mt in along)
     v = narrow_width(narrowest, widest)
-    while v > 1 and (ranges[last] % v or not all(_aligned(mt, v) for mt in along)):
+    while v > 1 and (ranges[last] % v or not all(aligned_chunks(mt, v) for mt in along)):
         v //= 2
     return v
 

@@ -63,7 +63,7 @@ A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, i
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
-``finish-rows``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
+``finish-rows``, ``row-readers``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
 ``column-waves``, ``column-bytes``, ``few-rows-unroll``, ``class-sums`` (the fields
 below).
 
@@ -147,6 +147,11 @@ class WrapHostCompute(ModulePass):
     #: sum of exponentials followed by a reader of the same rows computes the reader's
     #: elements of each row in the row's block (passes/online_softmax_sums.py)
     finish_rows: bool = True
+    #: with ``finish-rows``, the warps of a row reduction (short rows: a warp or fewer
+    #: lanes per row) also run the next op when it reads the totals row by row
+    #: (passes/row_reductions.py, "Rows read in the same launch": RMSNorm's normalization
+    #: in its statistics' launch); false: that op is a launch of its own
+    row_readers: bool = True
     #: the one-pass row max / sum of exponentials and the full sums read chunks of
     #: consecutive elements (one 16-byte load) where the input allows; false: one element
     #: a load, strided
@@ -210,7 +215,7 @@ class WrapHostCompute(ModulePass):
                                          self.softmax_unroll)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks,
                                            self.few_rows_unroll, self.column_waves,
-                                           self.column_bytes)
+                                           self.column_bytes, self.row_readers)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)

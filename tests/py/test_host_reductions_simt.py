@@ -429,6 +429,102 @@ def test_row_reduction_finished_by_its_warp():
     assert float(np.abs(sums - ref_sums).max() / np.abs(ref_sums).max()) < 1e-6
 
 
+# the whole RMSNorm: the statistics as above, then the normalization x * rstd * w rounded to
+# bf16 (a reader of the totals row by row); COLS 768: a warp a row, 64: 8 lanes a row.
+# READ is the totals buffer the normalization reads: %r (finished) or %s (the raw sums).
+RMS_NORM = """
+#rc = affine_map<(d0, d1) -> (d0, d1)>
+#r = affine_map<(d0, d1) -> (d0)>
+#c = affine_map<(d0, d1) -> (d1)>
+#v = affine_map<(d0) -> (d0)>
+func.func @main(%x: memref<64xCOLSxf32>, %w: memref<COLSxf32>, %y: memref<64xCOLSxbf16>,
+                %rs: memref<64xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %n = arith.constant COLS.0 : f32
+  %eps = arith.constant 1.0e-5 : f32
+  %s = memref.alloc() : memref<64xf32>
+  linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
+    ^bb0(%o: f32):
+      linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#rc, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<64xCOLSxf32>) outs(%s : memref<64xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %q = arith.mulf %a, %a : f32
+      %t = arith.addf %q, %o : f32
+      linalg.yield %t : f32
+  }
+  %r = memref.alloc() : memref<64xf32>
+  linalg.generic {indexing_maps = [#v, #v], iterator_types = ["parallel"]}
+      ins(%s : memref<64xf32>) outs(%r : memref<64xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %m = arith.divf %a, %n : f32
+      %e = arith.addf %m, %eps : f32
+      %q = math.rsqrt %e : f32
+      linalg.yield %q : f32
+  }
+  %out = memref.alloc() : memref<64xCOLSxbf16>
+  linalg.generic {indexing_maps = [#rc, #r, #c, #rc],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%x, READ, %w : memref<64xCOLSxf32>, memref<64xf32>, memref<COLSxf32>)
+      outs(%out : memref<64xCOLSxbf16>) {
+    ^bb0(%a: f32, %k: f32, %g: f32, %o: bf16):
+      %p = arith.mulf %a, %k : f32
+      %q = arith.mulf %p, %g : f32
+      %t = arith.truncf %q : f32 to bf16
+      linalg.yield %t : bf16
+  }
+  memref.copy %out, %y : memref<64xCOLSxbf16> to memref<64xCOLSxbf16>
+  memref.copy %r, %rs : memref<64xf32> to memref<64xf32>
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("cols,read", [(768, "%r"), (64, "%r"), (768, "%s")])
+def test_row_reduction_read_by_its_warps(cols, read):
+    """RMSNorm's normalization runs in its statistics' launch (row-readers): one launch,
+    the stored total handed from the first lane of a row's group (``gpu.shuffle idx``), the
+    row read again a vector a chunk and the bf16 outputs stored a vector a chunk — the same
+    bits as the normalization's own launch (row-readers=false), and float64's values to
+    bf16 rounding."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    text = RMS_NORM.replace("COLS", str(cols)).replace("READ", read)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    outs, hosts = {}, {}
+    for readers in (True, False):
+        ctx = ir.Context()
+        latch.dialect.load(ctx)
+        with ctx, ir.Location.unknown():
+            m = ir.Module.parse(text)
+            run_pipeline(m, "builtin.module(latch-wrap-host-compute{row-readers=%s})"
+                         % str(readers).lower())
+            hosts[readers] = str(m)
+            sim = Simt(m)
+            sim.run([x, w, np.zeros((64, cols), np.float32), np.zeros(64, np.float32)])
+            outs[readers] = (np.asarray(sim.arguments[2]), np.asarray(sim.arguments[3]))
+    fused, apart = hosts[True], hosts[False]
+    assert fused.count("gpu.launch ") == 1 and apart.count("gpu.launch ") == 1
+    # the normalization (the one truncf) is inside the statistics' launch, not a generic
+    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 1
+    assert "arith.truncf" in fused.split("gpu.terminator")[0]
+    assert "arith.truncf" not in apart.split("gpu.terminator")[0]
+    assert re.search(r"gpu.shuffle +idx", fused) and "vector<4xbf16>" in fused
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a, b)
+    sums = (x.astype(np.float64) ** 2).sum(1)
+    rstd = 1 / np.sqrt(sums / cols + 1e-5)
+    ref = x * (rstd if read == "%r" else sums)[:, None] * w
+    got = outs[True][0]
+    assert float(np.abs(got - ref).max() / np.abs(ref).max()) < 8e-3
+
+
 # a gradient's sum of squares for the global norm (full sum into a 0-d buffer), over bf16
 SUM_OF_SQUARES = """
 #x = affine_map<(d0, d1) -> (MAP)>
