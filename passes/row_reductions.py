@@ -579,7 +579,8 @@ def _chunk_fn(op, info, dims, v: int):
 def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNROLL):
     """Combine elements ``start, start + step, ... < n`` (in that order, one chain) into
     ``init``: a loop unrolled ``unroll`` times over the part every thread walks the same
-    number of times, then a remainder loop."""
+    number of times, then a remainder loop.  With ``init`` None nothing is carried
+    (``element(k, None)`` returns None: a loop of stores)."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -587,23 +588,28 @@ def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNR
     per = step * unroll
     n_main = (n // per) * per
     acc = init
+    carried = [] if init is None else [init]
     if n_main:
-        loop = scf.ForOp(start, index_constant(n_main), index_constant(per), [acc])
+        loop = scf.ForOp(start, index_constant(n_main), index_constant(per), carried)
         with ir.InsertionPoint(loop.body):
-            k, a = loop.induction_variable, loop.inner_iter_args[0]
+            k = loop.induction_variable
+            a = loop.inner_iter_args[0] if carried else None
             for j in range(unroll):
                 kj = k if j == 0 else ir.Operation.create(
                     "arith.addi", [index], [k, index_constant(j * step)]).result
                 a = element(kj, a)
-            scf.YieldOp([a])
-        acc = loop.results[0]
+            scf.YieldOp([a] if carried else [])
+        acc = loop.results[0] if carried else None
     if n_main < n:
         lo = start if not n_main else ir.Operation.create(
             "arith.addi", [index], [start, index_constant(n_main)]).result
-        loop = scf.ForOp(lo, index_constant(n), index_constant(step), [acc])
+        loop = scf.ForOp(lo, index_constant(n), index_constant(step),
+                         [acc] if carried else [])
         with ir.InsertionPoint(loop.body):
-            scf.YieldOp([element(loop.induction_variable, loop.inner_iter_args[0])])
-        acc = loop.results[0]
+            a = element(loop.induction_variable,
+                        loop.inner_iter_args[0] if carried else None)
+            scf.YieldOp([a] if carried else [])
+        acc = loop.results[0] if carried else None
     return acc
 
 
@@ -795,9 +801,9 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
     the row's ``group`` lanes takes chunks of ``reader.v`` consecutive elements ``v*lane,
     v*(lane + group), ...`` (the reduction elements' order, last loop fastest), reading the
     totals from ``values`` (0: the reduction's output, 1: the finishing op's) and the other
-    inputs from memory, and stores its elements (one vector store a chunk)."""
+    inputs from memory, and stores its elements (one vector store a chunk; the loop unrolled
+    as the reduction's, :func:`_strided_partial`)."""
     from mlir import ir
-    from mlir.dialects import scf
 
     from latch.passes.vector_lanes import lane_of, load_chunk, read_along
 
@@ -816,7 +822,7 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
     elt = ir.MemRefType(res.type).element_type
     index = ir.IndexType.get()
 
-    def chunk(k):
+    def chunk(k, _):
         at = list(dims)
         _split(k, info.red[::-1], info.ranges, at)
         here = [at[d] for d in reader.loops]
@@ -832,19 +838,17 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
         where = indices(maps[-1], here)
         if v == 1:
             ir.Operation.create("memref.store", [], [ys[0], res] + where)
-            return
+            return None
         vec = ir.Operation.create("vector.from_elements", [ir.VectorType.get([v], elt)],
                                   ys).result
         ir.Operation.create("vector.store", [], [vec, res] + where, attributes={
             "alignment": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                             v * element_bits(elt) // 8)})
+        return None
 
     start = ir.Operation.create("arith.muli", [index], [lane, index_constant(v)]).result \
         if v > 1 else lane
-    loop = scf.ForOp(start, index_constant(n_red), index_constant(group * v))
-    with ir.InsertionPoint(loop.body):
-        chunk(loop.induction_variable)
-        scf.YieldOp([])
+    _strided_partial(start, n_red, group * v, None, chunk)
 
 
 def block_all_reduce(value, kind: str):
