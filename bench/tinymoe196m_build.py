@@ -43,7 +43,10 @@ the fewest slices making 264 blocks (``latch-wrap-host-compute{column-waves=fals
 default before the tenth stop: 1.45 waves at B32), ``-normlaunch`` the readers of a row
 reduction's totals (RMSNorm's normalization) in a launch of their own instead of in the
 reduction's warps (``latch-wrap-host-compute{row-readers=false}``, the default before the
-eleventh stop), the on-switch ``-widecolumns`` column tiles 128
+eleventh stop), ``-addlaunch`` the elementwise op writing a row reduction's input (the
+residual add before RMSNorm) in a launch of its own
+(``latch-wrap-host-compute{row-writers=false}``, the default before the eleventh stop), the
+on-switch ``-widecolumns`` column tiles 128
 bytes of the input wide instead of 32 (a warp reads whole 128-byte lines of one row:
 ``latch-wrap-host-compute{column-bytes=128}``: slower for bf16 inputs on an H100), ``-splitstores`` elementwise kernels that read bf16 beside
 f32 taking 8 lanes even where they store f32 (``latch-map-parallel-loops{whole-stores=false}``,
@@ -122,6 +125,7 @@ OFF_SWITCHES = {
     "onechunkloads": ("latch-form-kernels", "latch-wrap-host-compute", "softmax-unroll=1"),
     "partwaves": ("latch-form-kernels", "latch-wrap-host-compute", "column-waves=false"),
     "normlaunch": ("latch-form-kernels", "latch-wrap-host-compute", "row-readers=false"),
+    "addlaunch": ("latch-form-kernels", "latch-wrap-host-compute", "row-writers=false"),
     "widecolumns": ("latch-form-kernels", "latch-wrap-host-compute", "column-bytes=128"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),
     "deepunroll": ("latch-form-kernels", "latch-wrap-host-compute", "few-rows-unroll=16"),

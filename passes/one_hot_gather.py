@@ -534,7 +534,7 @@ def _lane_values(sc: Scatter, dims: list, width: int, last: int):
     for j in range(width):
         lanes.lanes[j].update(lane_of(vectors, j))
     lanes.emit([o for o in side.ops if o.name != "linalg.index"])
-    return [lanes._value(side.value, j) for j in range(width)]
+    return [lanes.value(side.value, j) for j in range(width)]
 
 
 def _store_rounded(x, copy, flat) -> None:

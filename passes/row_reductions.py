@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import hoist_definition, root as _root
@@ -270,11 +271,12 @@ def match_row_reduction(op):
 def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
                                few_rows_unroll: int = 0, whole_waves: bool = True,
                                column_bytes: int = COLUMN_BYTES,
-                               row_readers: bool = True) -> int:
+                               row_readers: bool = True, row_writers: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
     with ``row_readers`` also the next op reading the totals row by row:
-    :func:`_row_reader`; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
+    :func:`_row_reader`, and with ``row_writers`` the op before it that writes the reduction's
+input: :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
     :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
     replaced."""
     n = 0
@@ -291,17 +293,21 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
         else:
             at = _finalizer(op, found, ops, k) if finish else None
             reader = _row_reader(op, found, ops, k, at) if finish and row_readers else None
+            writer = _row_writer(op, found, ops, k, at, reader, chunks, erased) \
+                if finish and row_writers else None
             if at is not None:
                 hoist_definition(ops[at].operands[1], op)
             if reader is not None:
                 hoist_definition(list(ops[reader.at].operands)[-1], op)
             _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
-                  reader)
-            for j in (at, reader.at if reader is not None else None):
+                  reader, writer)
+            for j in (at, reader.at if reader is not None else None,
+                      writer.at if writer is not None else None):
                 if j is not None:
                     ops[j].erase()
                     erased.add(j)
         op.erase()
+        erased.add(k)
         n += 1
     return n
 
@@ -437,7 +443,11 @@ def _row_reader(op, info, ops, k, fin_at):
     reads = memrefs_used(op) + [x for x in ins if isinstance(x.type, ir.MemRefType)]
     if any(may_share_bytes(res, x) for x in reads + totals):
         return None
-    loops = _reader_loops(op, info, g, maps, ranges, read)
+    red_ins = list(op.operands)[:-1]
+    shared = [(maps[j], info.maps[i]) for j, x in enumerate(ins)
+              for i, y in enumerate(red_ins) if j not in read and x == y]
+    loops = _same_loops(ranges, info.ranges,
+                        [(maps[j], info.maps[-1]) for j in read] + shared)
     if loops is None:
         return None
     last = loops.index(info.red[-1])
@@ -449,29 +459,185 @@ def _row_reader(op, info, ops, k, fin_at):
     return RowReader(g, at, read, v, loops)
 
 
-def _reader_loops(op, info, g, maps, ranges, read):
-    """The reduction loop each loop of reader ``g`` is (a tuple; the identity first): the
-    trip counts agree, the totals are read at the reduction's output indices, and a buffer
-    both read is read at the same elements; None when no assignment fits
-    (latch-wrap-host-compute may have ordered the two ops' loops differently)."""
+def _same_loops(ranges, red_ranges, want):
+    """The reduction loop each loop of another op over ``ranges`` is (a tuple; the identity
+    first), such that the trip counts agree and each pair ``(map of the op, map of the
+    reduction)`` in ``want`` addresses the same elements (a reader reading the totals at the
+    reduction's output indices and a buffer both read at the same elements; a writer
+    writing the reduction's input where the reduction reads it); None when no assignment
+    fits (latch-wrap-host-compute may have ordered the two ops' loops differently)."""
     import itertools
     import re
 
     n = len(ranges)
-    if n != len(info.ranges) or sorted(ranges) != sorted(info.ranges):
+    if n != len(red_ranges) or sorted(ranges) != sorted(red_ranges):
         return None
-    red_ins = list(op.operands)[:-1]
-    shared = [(maps[j], info.maps[i]) for j, x in enumerate(list(g.operands)[:-1])
-              for i, y in enumerate(red_ins) if j not in read and x == y]
-    want = [(maps[j], info.maps[-1]) for j in read] + shared
     dim = re.compile(r"\bd(\d+)\b")
     for perm in itertools.permutations(range(n)):
-        if any(ranges[i] != info.ranges[perm[i]] for i in range(n)):
+        if any(ranges[i] != red_ranges[perm[i]] for i in range(n)):
             continue
         if all([dim.sub(lambda m: f"d{perm[int(m.group(1))]}", str(e)) for e in a.results] ==
                [str(e) for e in b.results] for a, b in want):
             return perm
     return None
+
+
+@dataclasses.dataclass
+class RowWriter:
+    """The elementwise op that writes a row reduction's input, run by the reduction's
+    warps (:func:`_row_writer`): ``at`` its position in the block's ops, ``x`` the
+    reduction's input number it writes, ``loops`` the reduction's loop that each of its
+    loops is, ``v`` the consecutive elements a lane takes at once (the reduction's and its
+    reader's too)."""
+    op: object
+    at: int
+    x: int
+    loops: tuple
+    v: int
+
+
+_WRITER_SKIP = 4   # memory ops between a writer and its reduction it may move past
+
+
+def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()):
+    """A :class:`RowWriter` when the warps of reduction ``ops[k] = op`` (finished by
+    ``ops[fin_at]`` and read by ``reader``, or None) can also run the elementwise op that
+    writes its input — the residual add before RMSNorm, ``x = x + attn @ w_out`` or the
+    MoE's combine of the experts' rows, whose launch wrote ``x`` for the norm's launch to
+    read it back.  Each lane computes its chunks of the row, stores them and combines them
+    at once; the reader then reads back exactly the chunks the same lane stored (the same
+    ``v``, the same lanes).  The writer is the last op before the reduction touching memory
+    but for at most ``_WRITER_SKIP`` ops (the totals' zero fill and its copy) that share
+    no bytes with anything the writer touches; an all-parallel generic over the reduction's
+    loops writing the reduction's input (a permutation map) where the reduction reads it;
+    a body of ``arith``/``math``, ``linalg.index`` and loads (a gather's rows: loads along
+    the row's loop become vector loads, :class:`~latch.passes.vector_lanes.LaneEmitter`)
+    of buffers the launch does not write; its inputs, read at its own indices, share no
+    bytes with the input it writes (or are it, read at the same element) nor with any
+    buffer the launch writes; a warp or group of lanes per row with no clamped rows, and
+    chunks of at least 2 elements.  ``gone``: the positions of ``ops`` already replaced
+    (a launch now: the search stops there).  None otherwise."""
+    from mlir import ir
+
+    from latch.passes.buffer_views import (NO_MEMORY_EFFECTS, arena_span, may_share_bytes,
+                                           memrefs_used)
+    from latch.passes.vector_lanes import aligned_chunks
+
+    n_red = math.prod(info.ranges[d] for d in info.red)
+    n_out = math.prod(info.ranges[d] for d in info.par)
+    if info.logical or n_red >= _BLOCK_MIN or not chunks:
+        return None
+    group = short_row_lanes(n_red)
+    if n_out % (_BLOCK // group) and group < _WARP:
+        return None
+    red_ins = list(op.operands)[:-1]
+    skipped, j = [], k - 1
+    while j >= 0:
+        if j in gone:
+            return None
+        o = ops[j]
+        if o.name in NO_MEMORY_EFFECTS:
+            j -= 1
+            continue
+        if o.name == "linalg.generic" and not o.results and segments(o)[1] == 1 and \
+                any(list(o.operands)[-1] == y for y in red_ins):
+            break
+        skipped.append(o)
+        if len(skipped) > _WRITER_SKIP:
+            return None
+        j -= 1
+    if j < 0:
+        return None
+    p = ops[j]
+    operands = list(p.operands)
+    ins, x = operands[:-1], operands[-1]
+    xs = [i for i, y in enumerate(red_ins) if y == x]
+    if len(xs) != 1 or len(p.regions) != 1 or \
+            any("parallel" not in str(t) for t in ir.ArrayAttr(p.attributes["iterator_types"])):
+        return None
+    maps, ranges = loop_ranges(p)
+    if any(r is None for r in ranges) or not maps[-1].is_permutation:
+        return None
+    loops = _same_loops(ranges, info.ranges, [(maps[-1], info.maps[xs[0]])])
+    if loops is None:
+        return None
+    block = p.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    if list(block.arguments[len(ins)].uses) or body[-1].name != "linalg.yield" or \
+            len(body[-1].operands) != 1:
+        return None
+    loaded = []
+    for o in body[:-1]:
+        if o.regions or (o.name.split(".")[0] not in ("arith", "math") and
+                         o.name not in ("linalg.index", "memref.load")):
+            return None
+        if o.name == "memref.load":
+            loaded.append(o.operands[0])
+    last = loops.index(info.red[-1])
+    along_index = [o for o in body if o.name == "linalg.index" and
+                   ir.IntegerAttr(o.attributes["dim"]).value == last]
+    if len(along_index) > 1:
+        return None
+    # the buffers the launch writes: the writer's output, the totals, the finished
+    # totals, the reader's output
+    written = [x, list(op.operands)[-1]]
+    if fin_at is not None:
+        written.append(ops[fin_at].operands[1])
+    if reader is not None:
+        written.append(list(reader.op.operands)[-1])
+    xspan = arena_span(x)
+    for i, y in enumerate(ins):
+        if not isinstance(y.type, ir.MemRefType):
+            continue
+        if not ir.MemRefType(y.type).has_static_shape:
+            return None
+        if may_share_bytes(y, x):      # in place: the same element of the same layout
+            if arena_span(y) != xspan or y.type != x.type or maps[i] != maps[-1]:
+                return None
+        if any(may_share_bytes(y, w) for w in written[1:]):
+            return None
+    for y in loaded:
+        if any(may_share_bytes(y, w) for w in written):
+            return None
+    touched = [y for y in operands + loaded if isinstance(y.type, ir.MemRefType)]
+    for o in skipped:
+        if any(may_share_bytes(a, b) for a in memrefs_used(o) for b in touched):
+            return None
+    # chunks: the reduction's, its reader's and the writer's accesses along the row
+    v = _row_chunk(op, info, group)
+    if reader is not None:
+        v = min(v, reader.v)
+    dim = f"d{last}"
+    along = []
+    for i, (y, m) in enumerate(zip(ins, maps)):
+        results = [str(e) for e in m.results]
+        uses = [r for r in results if re.search(rf"\b{dim}\b", r)]
+        if not uses:
+            continue
+        if results[-1] != dim or len(uses) > 1 or not isinstance(y.type, ir.MemRefType):
+            return None
+        along.append(i)
+    iv = along_index[0].results[0] if along_index else None
+    varying = {block.arguments[i] for i in along} | ({iv} if iv is not None else set())
+    vector_loads = []
+    for o in body[:-1]:
+        operands_o = list(o.operands)
+        if not any(y in varying for y in operands_o):
+            continue
+        if o.name == "memref.load":     # a vector load along the row, or refused
+            if iv is None or operands_o[-1] != iv or \
+                    any(y in varying for y in operands_o[:-1]):
+                return None
+            vector_loads.append(operands_o[0])
+        varying.update(o.results)
+    mts = [ir.MemRefType(y.type) for y in [ins[i] for i in along] + vector_loads + [x]]
+    while v > 1 and not all(aligned_chunks(mt, v) for mt in mts):
+        v //= 2
+    if v < 2 or str(maps[-1].results[-1]) != dim:
+        return None
+    if reader is not None:
+        reader.v = v
+    return RowWriter(p, j, xs[0], loops, v)
 
 
 # -- pieces shared by both forms ----------------------------------------------------------
@@ -547,33 +713,84 @@ def _element_fn(op, info, dims):
     return element
 
 
-def _chunk_fn(op, info, dims, v: int):
+def _chunk_fn(op, info, dims, v: int, writer: RowWriter | None = None):
     """Like :func:`_element_fn`, for the ``v`` consecutive reduction elements from ``k`` (a
     multiple of ``v``; :func:`latch.passes.vector_lanes.chunk_width` holds for the last
     reduction loop): the inputs read along that loop as one vector load each, the others
-    once, the elements combined in order."""
+    once, the elements combined in order; the input ``writer`` writes computed and stored
+    by :func:`_write_chunk` instead of loaded."""
     from latch.passes.vector_lanes import lane_of, load_chunk, read_along
 
     ins = list(op.operands)[:-1]
     block = op.regions[0].blocks[0]
     body_ops = _body_ops(op, info)
-    along = read_along(ins, info.maps, f"d{info.red[-1]}")
+    made = {writer.x} if writer is not None else set()
+    along = read_along(ins, info.maps, f"d{info.red[-1]}") - made
 
     def chunk(k, partial):
         here = list(dims)
         _split(k, info.red[::-1], info.ranges, here)
         shared = {}
-        load_inputs(block, ins, info.maps, here, shared, only=set(range(len(ins))) - along)
+        load_inputs(block, ins, info.maps, here, shared,
+                    only=set(range(len(ins))) - along - made)
         vectors = load_chunk(block, ins, info.maps, here, v, along)
+        written = _write_chunk(writer, info, here, v) if writer is not None else None
         for u in range(v):
             mapping = dict(shared)
             mapping.update(lane_of(vectors, u))
+            if written is not None:
+                mapping[block.arguments[writer.x]] = written[u]
             mapping[info.acc] = partial
             clone_body_ops(body_ops, mapping, here)
             partial = mapping[info.comb.results[0]]
         return partial
 
     return chunk
+
+
+def _write_chunk(writer: RowWriter, info, here, v: int) -> list:
+    """Compute and store the writer's ``v`` consecutive elements at the reduction's loop
+    indices ``here`` (the chunk's first): its inputs along the row one vector load each,
+    the others once, its body for the ``v`` lanes
+    (:class:`~latch.passes.vector_lanes.LaneEmitter`: a gather's loads along the row
+    become vector loads), one vector store; returns the ``v`` values."""
+    from mlir import ir
+
+    from latch.passes.vector_lanes import LaneEmitter, lane_of, load_chunk, read_along
+
+    p = writer.op
+    operands = list(p.operands)
+    ins, x = operands[:-1], operands[-1]
+    maps = indexing_maps(p)
+    block = p.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    at = [here[d] for d in writer.loops]
+    last = writer.loops.index(info.red[-1])
+    along = read_along(ins, maps, f"d{last}")
+    mapping = {}
+    load_inputs(block, ins, maps, at, mapping, only=set(range(len(ins))) - along)
+    vectors = load_chunk(block, ins, maps, at, v, along)
+    index_ops = [o for o in body if o.name == "linalg.index"]
+    iv = None
+    for o in index_ops:
+        d = ir.IntegerAttr(o.attributes["dim"]).value
+        mapping[o.results[0]] = at[d]
+        if d == last:
+            iv = o.results[0]
+    # no body op uses the row loop's index: a sentinel no operand equals
+    lanes = LaneEmitter(iv if iv is not None else object(), mapping, v)
+    for u in range(v):
+        lanes.lanes[u].update(lane_of(vectors, u))
+    lanes.emit([o for o in body[:-1] if o.name != "linalg.index"])
+    result = body[-1].operands[0]
+    values = [lanes.value(result, u) for u in range(v)]
+    elt = ir.MemRefType(x.type).element_type
+    vec = ir.Operation.create("vector.from_elements", [ir.VectorType.get([v], elt)],
+                              values).result
+    ir.Operation.create("vector.store", [], [vec, x] + indices(maps[-1], at), attributes={
+        "alignment": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                        v * element_bits(elt) // 8)})
+    return values
 
 
 def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNROLL):
@@ -695,7 +912,7 @@ def _unroll_of(n_blocks: int, per_block: int, few_rows_unroll: int, trips: int) 
 
 
 def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
-          reader: RowReader | None = None) -> None:
+          reader: RowReader | None = None, writer: RowWriter | None = None) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -731,14 +948,17 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
         dims = [None] * len(ranges)
         _split(row, par, ranges, dims)
         start = _identity(info)
-        v = _row_chunk(op, info, group) if chunks else 1
+        if writer is not None:
+            v = writer.v
+        else:
+            v = _row_chunk(op, info, group) if chunks else 1
         unroll = _unroll_of(-(-n_out // per_block), per_block, few_rows_unroll,
                             n_red // (group * v))
         if v > 1:                   # lane l: chunks of v from v*l on, 16 bytes a load
             first = ir.Operation.create("arith.muli", [index],
                                         [lane, index_constant(v)]).result
             partial = _strided_partial(first, n_red, group * v, start,
-                                       _chunk_fn(op, info, dims, v), unroll)
+                                       _chunk_fn(op, info, dims, v, writer), unroll)
         else:
             partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims),
                                        unroll)

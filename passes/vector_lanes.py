@@ -240,7 +240,7 @@ class LaneEmitter:
         self.shared = dict(mapping)              # lane-independent values
         self.lanes = [dict() for _ in range(v)]  # per lane: body value -> lane value
 
-    def _value(self, x, j):
+    def value(self, x, j):
         return self.lanes[j].get(x, self.shared.get(x, x))
 
     def _lane_index(self, j):
@@ -291,7 +291,7 @@ class LaneEmitter:
                 vt = ir.VectorType.get([self.v], elt)
                 if value in self.lanes[0]:
                     vec = ir.Operation.create("vector.from_elements", [vt],
-                                              [self._value(value, j) for j in range(self.v)]
+                                              [self.value(value, j) for j in range(self.v)]
                                               ).result
                 else:
                     vec = ir.Operation.create("vector.broadcast", [vt],
@@ -314,6 +314,6 @@ class LaneEmitter:
                     self._lane_index(j)
                 new = op.clone()
                 for i, operand in enumerate(list(new.operands)):
-                    new.operands[i] = self._value(operand, j)
+                    new.operands[i] = self.value(operand, j)
                 for old_r, new_r in zip(op.results, new.results):
                     self.lanes[j][old_r] = new_r

@@ -63,7 +63,7 @@ A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, i
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
-``finish-rows``, ``row-readers``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
+``finish-rows``, ``row-readers``, ``row-writers``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
 ``column-waves``, ``column-bytes``, ``few-rows-unroll``, ``class-sums`` (the fields
 below).
 
@@ -152,6 +152,11 @@ class WrapHostCompute(ModulePass):
     #: (passes/row_reductions.py, "Rows read in the same launch": RMSNorm's normalization
     #: in its statistics' launch); false: that op is a launch of its own
     row_readers: bool = True
+    #: with ``finish-rows``, the warps of a row reduction (short rows) also run the
+    #: elementwise op before it that writes its input (passes/row_reductions.py, "Rows
+    #: written in the same launch": the residual add before RMSNorm in the norm's
+    #: launch); false: that op is a launch of its own
+    row_writers: bool = True
     #: the one-pass row max / sum of exponentials and the full sums read chunks of
     #: consecutive elements (one 16-byte load) where the input allows; false: one element
     #: a load, strided
@@ -215,7 +220,8 @@ class WrapHostCompute(ModulePass):
                                          self.softmax_unroll)
                 cooperative_row_reductions(body, self.finish_rows, self.chunks,
                                            self.few_rows_unroll, self.column_waves,
-                                           self.column_bytes, self.row_readers)
+                                           self.column_bytes, self.row_readers,
+                                           self.row_writers)
                 _parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)
