@@ -1,0 +1,134 @@
+"""How much of an update's time is its launches: the same CUDA graph with every kernel
+emptied (GPU side, runtime only).
+
+    LATCH_COMMIT=$(git rev-parse --short HEAD) PYTHONPATH=.:tests/py:bench \
+        python bench/gpu_graph_floor.py ARTIFACT.latch --model tinymoe-b2 [--iters 30]
+
+Loads the artifact and initializes its state from the model (``--model``: a workload of
+bench/bf16_probe_build.py, as gpu_profile_launches.py), then times the update as
+tinymoe_bench_gpu.py does (``prog.step``, median of ``--iters`` after the graph is captured,
+CUDA events) in three forms, one after the other in the same process:
+
+* **real**: the program;
+* **empty**: every kernel replaced by one that only runs ``griddepcontrol.launch_dependents``
+  and ``griddepcontrol.wait`` (as every Latch kernel begins) and returns, launched with its
+  own grid, block and dynamic shared memory — the launches, their dependencies across the
+  streams, the guard kernels, the copies and the scheduling of every block, without the
+  kernels' work;
+* **one-block**: the same empty kernel on one block of 32 threads — launches and
+  dependencies alone.
+
+``empty`` is the floor that faster kernels cannot lower (only fewer launches, fewer
+dependencies or fewer blocks can); ``real - empty`` is what the kernels' work adds on top.
+The graph keeps the program's streams, events and order (each form is captured again by the
+program's own code path).  The emptied updates change no state (the non-finite guard may
+count them as skipped steps).  Prints the three medians and writes
+``graph-floor-<artifact>-<UTC time>.json`` (bench/results and $OUT).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+
+EMPTY_PTX = """.version 8.1
+.target {chip}
+.address_size 64
+
+.visible .entry latch_empty()
+{{
+    griddepcontrol.launch_dependents;
+    griddepcontrol.wait;
+    ret;
+}}
+"""
+
+
+def _recapture(prog) -> None:
+    """Forget every variant's captured graphs: the next step records directly, the one
+    after captures again."""
+    for v in prog.variants:
+        for p, g in enumerate(v.graphs):
+            if g is not None:
+                g.destroy()
+            v.graphs[p] = None
+        v.uses = [0, 0]
+
+
+def _empty_launches(prog, fn, one_block: bool) -> None:
+    for v in prog.variants:
+        for launches in v.by_parity:
+            for launch in launches:
+                launch.function = fn
+                if one_block:
+                    launch.grid, launch.block, launch.shared = (1, 1, 1), (32, 1, 1), 0
+    _recapture(prog)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("artifact")
+    p.add_argument("--model", required=True)
+    p.add_argument("--iters", type=int, default=30)
+    args = p.parse_args(argv)
+    import torch
+
+    import latch
+    from bf16_probe_build import make
+    from results_files import save_records
+    from tinymoe_bench_gpu import events_ms
+
+    model, example = make(args.model)
+    prog = latch.load(args.artifact)
+    state = prog.init(model)
+    inputs = [x.cuda() for x in example]
+    chip = prog.manifest.get("target", {}).get("chip", "sm_90")
+    empty = prog.device.load_ptx(EMPTY_PTX.format(chip=chip), "latch_empty")
+    fn = empty.function("latch_empty")
+    most = max(int(la.shared) for v in prog.variants for ls in v.by_parity for la in ls)
+    if most > 48 * 1024:                # the contractions' dynamic shared memory, opted in
+        from latch.runtime import driver as drv
+
+        drv.call("cuFuncSetAttribute", fn, drv.driver().CUfunction_attribute
+                 .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, most, what="latch_empty")
+
+    def timed(form: str) -> dict:
+        for _ in range(3):                  # direct, capture, one replay
+            prog.step(state, *inputs)
+        torch.cuda.synchronize()
+        out = events_ms(lambda: prog.step(state, *inputs), args.iters)
+        print(f"{form:10s} median {out['median_ms']:8.3f} ms (min {out['min_ms']:.3f}, "
+              f"max {out['max_ms']:.3f})", flush=True)
+        return out
+
+    launches = len(prog.launches)
+    blocks = sum(la.grid[0] * la.grid[1] * la.grid[2] for la in prog.launches)
+    forms = {"real": timed("real")}
+    _empty_launches(prog, fn, one_block=False)
+    forms["empty"] = timed("empty")
+    _empty_launches(prog, fn, one_block=True)
+    forms["one-block"] = timed("one-block")
+    real, floor = forms["real"]["median_ms"], forms["empty"]["median_ms"]
+    print(f"{launches} launches, {blocks:,} blocks; the kernels' work adds "
+          f"{real - floor:.3f} ms to the emptied graph's {floor:.3f} ms "
+          f"({floor / real:.0%} of the update is the launches); one block each: "
+          f"{forms['one-block']['median_ms']:.3f} ms")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = os.path.splitext(os.path.basename(args.artifact))[0]
+    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "commit": os.environ.get("LATCH_COMMIT", "unknown"), "date": stamp,
+           "artifact": args.artifact, "model": args.model, "launches": launches,
+           "blocks": blocks, "iters": args.iters, "forms": forms}
+    for path in save_records(doc, f"graph-floor-{name}-{stamp}"):
+        print("wrote", path)
+    empty.unload()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
