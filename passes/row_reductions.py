@@ -599,6 +599,10 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
     for y in loaded:
         if any(may_share_bytes(y, w) for w in written):
             return None
+    if reader is not None:              # it reads back x only where the same lane wrote it
+        for y in list(reader.op.operands)[:-1]:
+            if isinstance(y.type, ir.MemRefType) and may_share_bytes(y, x) and y != x:
+                return None
     touched = [y for y in operands + loaded if isinstance(y.type, ir.MemRefType)]
     for o in skipped:
         if any(may_share_bytes(a, b) for a in memrefs_used(o) for b in touched):
