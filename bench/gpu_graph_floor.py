@@ -78,15 +78,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    import latch
-    from bf16_probe_build import make
+    from gpu_profile_launches import loaded_with_state
     from results_files import save_records
     from tinymoe_bench_gpu import events_ms
 
-    model, example = make(args.model)
-    prog = latch.load(args.artifact)
-    state = prog.init(model)
-    inputs = [x.cuda() for x in example]
+    prog, state, inputs = loaded_with_state(args.artifact, args.model)
     chip = prog.manifest.get("target", {}).get("chip", "sm_90")
     empty = prog.device.load_ptx(EMPTY_PTX.format(chip=chip), "latch_empty")
     fn = empty.function("latch_empty")

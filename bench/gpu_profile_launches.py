@@ -94,6 +94,17 @@ def lost_to_bandwidth(launches, ms, copy_gbs: float, ptx_has_mma: dict) -> list:
     return sorted(rows.values(), key=lambda r: -r["lost_ms"])
 
 
+def loaded_with_state(artifact: str, model_name: str):
+    """(program, its training state initialized from the workload ``model_name`` of
+    bench/bf16_probe_build.py, that workload's inputs on the GPU)."""
+    import latch
+    from bf16_probe_build import make
+
+    model, example = make(model_name)
+    prog = latch.load(artifact)
+    return prog, prog.init(model), [x.cuda() for x in example]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("artifact")
@@ -103,14 +114,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    import latch
-    from bf16_probe_build import make
     from tinymoe_bench_gpu import measure_copy_gbs
 
-    model, example = make(args.model)
-    prog = latch.load(args.artifact)
-    state = prog.init(model)
-    inputs = [x.cuda() for x in example]
+    prog, state, inputs = loaded_with_state(args.artifact, args.model)
     prog.step(state, *inputs)
     torch.cuda.synchronize()
     with zipfile.ZipFile(args.artifact) as z:

@@ -68,6 +68,13 @@ value to its group (``gpu.shuffle idx``), each lane computes the finished value 
 group), ...``), the row's other inputs read again from memory while the warp's own reads
 of them are still in L1 or L2, its outputs stored a vector a chunk.  Another launch fewer
 for every norm, and a read of ``x`` from memory fewer.
+
+**Rows written in the same launch** (:func:`_row_writer`, option ``row-writers``): the
+elementwise op that writes the reduction's input just before it — the residual add, or the
+MoE's combine of the experts' rows, before RMSNorm — runs in the warps as well: each lane
+computes its chunk of the row (``LaneEmitter``: a gather's rows read as vectors), stores
+it and combines it at once; the reader (same chunks, same lanes) reads back only what its
+own lane stored.
 """
 from __future__ import annotations
 
@@ -275,10 +282,10 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
     with ``row_readers`` also the next op reading the totals row by row:
-    :func:`_row_reader`, and with ``row_writers`` the op before it that writes the reduction's
-input: :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
-    :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
-    replaced."""
+    :func:`_row_reader`, and with ``row_writers`` the op before it that writes the
+    reduction's input: :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`;
+    ``whole_waves``: see :func:`column_splits`; ``column_bytes``: :func:`column_tile`);
+    returns how many were replaced."""
     n = 0
     ops = [_op(o) for o in body.operations]
     erased = set()
@@ -370,8 +377,8 @@ class RowReader:
 def _row_reader(op, info, ops, k, fin_at):
     """A :class:`RowReader` when the warps of reduction ``ops[k] = op`` (finished by
     ``ops[fin_at]``, or None) can also run the next op (allocations, views and constants
-    aside): an all-parallel generic over the reduction's own loops (the same trip counts in
-    the same order) that reads the totals (the reduction's output or the finishing op's) at
+    aside): an all-parallel generic over the reduction's own loops (the same trip counts,
+    in any order: :func:`_same_loops`) that reads the totals (the reduction's output or the finishing op's) at
     each row as the reduction writes them, and other buffers at any index — RMSNorm's
     ``x * rsqrt(sum / n + eps) * w``, which reads the rows the reduction just read.  Each
     lane then reads the totals from a register and walks its part of the row (the row is in
@@ -553,6 +560,7 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
     ins, x = operands[:-1], operands[-1]
     xs = [i for i, y in enumerate(red_ins) if y == x]
     if len(xs) != 1 or len(p.regions) != 1 or \
+            any(may_share_bytes(y, x) for i, y in enumerate(red_ins) if i != xs[0]) or \
             any("parallel" not in str(t) for t in ir.ArrayAttr(p.attributes["iterator_types"])):
         return None
     maps, ranges = loop_ranges(p)

@@ -432,119 +432,17 @@ def test_row_reduction_finished_by_its_warp():
 # the whole RMSNorm: the statistics as above, then the normalization x * rstd * w rounded to
 # bf16 (a reader of the totals row by row); COLS 768: a warp a row, 64: 8 lanes a row.
 # READ is the totals buffer the normalization reads: %r (finished) or %s (the raw sums).
+# ARGS / WRITER / KEEP: %x an argument, or written first by WRITER (and kept by KEEP).
 RMS_NORM = """
 #rc = affine_map<(d0, d1) -> (d0, d1)>
 #r = affine_map<(d0, d1) -> (d0)>
 #c = affine_map<(d0, d1) -> (d1)>
 #v = affine_map<(d0) -> (d0)>
-func.func @main(%x: memref<64xCOLSxf32>, %w: memref<COLSxf32>, %y: memref<64xCOLSxbf16>,
-                %rs: memref<64xf32>) {
+func.func @main(ARGS, %w: memref<COLSxf32>, %y: memref<64xCOLSxbf16>, %rs: memref<64xf32>) {
   %zero = arith.constant 0.0 : f32
   %n = arith.constant COLS.0 : f32
   %eps = arith.constant 1.0e-5 : f32
-  %s = memref.alloc() : memref<64xf32>
-  linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
-    ^bb0(%o: f32):
-      linalg.yield %zero : f32
-  }
-  linalg.generic {indexing_maps = [#rc, #r], iterator_types = ["parallel", "reduction"]}
-      ins(%x : memref<64xCOLSxf32>) outs(%s : memref<64xf32>) {
-    ^bb0(%a: f32, %o: f32):
-      %q = arith.mulf %a, %a : f32
-      %t = arith.addf %q, %o : f32
-      linalg.yield %t : f32
-  }
-  %r = memref.alloc() : memref<64xf32>
-  linalg.generic {indexing_maps = [#v, #v], iterator_types = ["parallel"]}
-      ins(%s : memref<64xf32>) outs(%r : memref<64xf32>) {
-    ^bb0(%a: f32, %o: f32):
-      %m = arith.divf %a, %n : f32
-      %e = arith.addf %m, %eps : f32
-      %q = math.rsqrt %e : f32
-      linalg.yield %q : f32
-  }
-  %out = memref.alloc() : memref<64xCOLSxbf16>
-  linalg.generic {indexing_maps = [#rc, #r, #c, #rc],
-                  iterator_types = ["parallel", "parallel"]}
-      ins(%x, READ, %w : memref<64xCOLSxf32>, memref<64xf32>, memref<COLSxf32>)
-      outs(%out : memref<64xCOLSxbf16>) {
-    ^bb0(%a: f32, %k: f32, %g: f32, %o: bf16):
-      %p = arith.mulf %a, %k : f32
-      %q = arith.mulf %p, %g : f32
-      %t = arith.truncf %q : f32 to bf16
-      linalg.yield %t : bf16
-  }
-  memref.copy %out, %y : memref<64xCOLSxbf16> to memref<64xCOLSxbf16>
-  memref.copy %r, %rs : memref<64xf32> to memref<64xf32>
-  return
-}
-"""
-
-
-@pytest.mark.parametrize("cols,read", [(768, "%r"), (64, "%r"), (768, "%s")])
-def test_row_reduction_read_by_its_warps(cols, read):
-    """RMSNorm's normalization runs in its statistics' launch (row-readers): one launch,
-    the stored total handed from the first lane of a row's group (``gpu.shuffle idx``), the
-    row read again a vector a chunk and the bf16 outputs stored a vector a chunk — the same
-    bits as the normalization's own launch (row-readers=false), and float64's values to
-    bf16 rounding."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    text = RMS_NORM.replace("COLS", str(cols)).replace("READ", read)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((64, cols)).astype(np.float32)
-    w = rng.standard_normal(cols).astype(np.float32)
-    outs, hosts = {}, {}
-    for readers in (True, False):
-        ctx = ir.Context()
-        latch.dialect.load(ctx)
-        with ctx, ir.Location.unknown():
-            m = ir.Module.parse(text)
-            run_pipeline(m, "builtin.module(latch-wrap-host-compute{row-readers=%s})"
-                         % str(readers).lower())
-            hosts[readers] = str(m)
-            sim = Simt(m)
-            sim.run([x, w, np.zeros((64, cols), np.float32), np.zeros(64, np.float32)])
-            outs[readers] = (np.asarray(sim.arguments[2]), np.asarray(sim.arguments[3]))
-    fused, apart = hosts[True], hosts[False]
-    assert fused.count("gpu.launch ") == 1 and apart.count("gpu.launch ") == 1
-    # the normalization (the one truncf) is inside the statistics' launch, not a generic
-    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 1
-    assert "arith.truncf" in fused.split("gpu.terminator")[0]
-    assert "arith.truncf" not in apart.split("gpu.terminator")[0]
-    assert re.search(r"gpu.shuffle +idx", fused) and "vector<4xbf16>" in fused
-    for a, b in zip(outs[True], outs[False]):
-        np.testing.assert_array_equal(a, b)
-    sums = (x.astype(np.float64) ** 2).sum(1)
-    rstd = 1 / np.sqrt(sums / cols + 1e-5)
-    ref = x * (rstd if read == "%r" else sums)[:, None] * w
-    got = outs[True][0]
-    assert float(np.abs(got - ref).max() / np.abs(ref).max()) < 8e-3
-
-
-# a residual add writes the norm's input first: x = a + b (bf16) or, as the MoE's combine,
-# x = a + tab[idx[row]] (a gather of bf16 rows); the totals' zero fill sits in between
-RMS_RESIDUAL = """
-#rc = affine_map<(d0, d1) -> (d0, d1)>
-#r = affine_map<(d0, d1) -> (d0)>
-#c = affine_map<(d0, d1) -> (d1)>
-#v = affine_map<(d0) -> (d0)>
-func.func @main(%a: memref<64xCOLSxf32>, %b: memref<64xCOLSxbf16>, %idx: memref<64xi64>,
-                %tab: memref<16xCOLSxbf16>, %w: memref<COLSxf32>, %xo: memref<64xCOLSxf32>,
-                %y: memref<64xCOLSxbf16>, %rs: memref<64xf32>) {
-  %zero = arith.constant 0.0 : f32
-  %n = arith.constant COLS.0 : f32
-  %eps = arith.constant 1.0e-5 : f32
-  %x = memref.alloc() : memref<64xCOLSxf32>
-  linalg.generic {indexing_maps = [#rc, #rc, #r, #rc], iterator_types = ["parallel", "parallel"]}
-      ins(%a, %b, %idx : memref<64xCOLSxf32>, memref<64xCOLSxbf16>, memref<64xi64>)
-      outs(%x : memref<64xCOLSxf32>) {
-    ^bb0(%p: f32, %q: bf16, %i: i64, %o: f32):
-      BODY
-  }
+  WRITER
   %s = memref.alloc() : memref<64xf32>
   linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
     ^bb0(%o: f32):
@@ -569,7 +467,7 @@ func.func @main(%a: memref<64xCOLSxf32>, %b: memref<64xCOLSxbf16>, %idx: memref<
   %out = memref.alloc() : memref<64xCOLSxbf16>
   linalg.generic {indexing_maps = [#rc, #r, #c, #rc],
                   iterator_types = ["parallel", "parallel"]}
-      ins(%x, %r, %w : memref<64xCOLSxf32>, memref<64xf32>, memref<COLSxf32>)
+      ins(%x, READ, %w : memref<64xCOLSxf32>, memref<64xf32>, memref<COLSxf32>)
       outs(%out : memref<64xCOLSxbf16>) {
     ^bb0(%e: f32, %k: f32, %g: f32, %o: bf16):
       %p = arith.mulf %e, %k : f32
@@ -577,12 +475,78 @@ func.func @main(%a: memref<64xCOLSxf32>, %b: memref<64xCOLSxbf16>, %idx: memref<
       %t = arith.truncf %q : f32 to bf16
       linalg.yield %t : bf16
   }
-  memref.copy %x, %xo : memref<64xCOLSxf32> to memref<64xCOLSxf32>
+  KEEP
   memref.copy %out, %y : memref<64xCOLSxbf16> to memref<64xCOLSxbf16>
   memref.copy %r, %rs : memref<64xf32> to memref<64xf32>
   return
 }
 """
+
+
+def _with_and_without(text: str, option: str, args: list) -> tuple[dict, dict]:
+    """Run ``text`` through latch-wrap-host-compute with ``option`` true and false and
+    then in the SIMT interpreter on ``args``: ({flag: host IR}, {flag: the arguments
+    after the run})."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    hosts, outs = {}, {}
+    for on in (True, False):
+        ctx = ir.Context()
+        latch.dialect.load(ctx)
+        with ctx, ir.Location.unknown():
+            m = ir.Module.parse(text)
+            run_pipeline(m, "builtin.module(latch-wrap-host-compute{%s=%s})"
+                         % (option, str(on).lower()))
+            hosts[on] = str(m)
+            sim = Simt(m)
+            sim.run([np.copy(a) for a in args])
+            outs[on] = [np.asarray(v) for v in sim.arguments]
+    return hosts, outs
+
+
+@pytest.mark.parametrize("cols,read", [(768, "%r"), (64, "%r"), (768, "%s")])
+def test_row_reduction_read_by_its_warps(cols, read):
+    """RMSNorm's normalization runs in its statistics' launch (row-readers): one launch,
+    the stored total handed from the first lane of a row's group (``gpu.shuffle idx``), the
+    row read again a vector a chunk and the bf16 outputs stored a vector a chunk — the same
+    bits as the normalization's own launch (row-readers=false), and float64's values to
+    bf16 rounding."""
+    text = RMS_NORM.replace("ARGS", "%x: memref<64xCOLSxf32>").replace("WRITER", "")
+    text = text.replace("KEEP", "").replace("COLS", str(cols)).replace("READ", read)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    hosts, outs = _with_and_without(text, "row-readers", [
+        x, w, np.zeros((64, cols), np.float32), np.zeros(64, np.float32)])
+    fused, apart = hosts[True], hosts[False]
+    assert fused.count("gpu.launch ") == 1 and apart.count("gpu.launch ") == 1
+    # the normalization (the one truncf) is inside the statistics' launch, not a generic
+    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 1
+    assert "arith.truncf" in fused.split("gpu.terminator")[0]
+    assert "arith.truncf" not in apart.split("gpu.terminator")[0]
+    assert re.search(r"gpu.shuffle +idx", fused) and "vector<4xbf16>" in fused
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a, b)
+    sums = (x.astype(np.float64) ** 2).sum(1)
+    rstd = 1 / np.sqrt(sums / cols + 1e-5)
+    ref = x * (rstd if read == "%r" else sums)[:, None] * w
+    assert float(np.abs(outs[True][2] - ref).max() / np.abs(ref).max()) < 8e-3
+
+
+# a residual add writes the norm's input first: x = a + b (bf16) or, as the MoE's combine,
+# x = a + tab[idx[row]] (a gather of bf16 rows); the totals' zero fill sits in between
+RESIDUAL_ARGS = """%a: memref<64xCOLSxf32>, %b: memref<64xCOLSxbf16>, %idx: memref<64xi64>,
+                %tab: memref<16xCOLSxbf16>, %xo: memref<64xCOLSxf32>"""
+RESIDUAL = """%x = memref.alloc() : memref<64xCOLSxf32>
+  linalg.generic {indexing_maps = [#rc, #rc, #r, #rc], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b, %idx : memref<64xCOLSxf32>, memref<64xCOLSxbf16>, memref<64xi64>)
+      outs(%x : memref<64xCOLSxf32>) {
+    ^bb0(%p: f32, %q: bf16, %i: i64, %o: f32):
+      BODY
+  }"""
 _ADD = """%e = arith.extf %q : bf16 to f32
       %t = arith.addf %p, %e : f32
       linalg.yield %t : f32"""
@@ -600,45 +564,33 @@ def test_row_reduction_written_by_its_warps(cols, body):
     lane computes, stores and sums its chunks of the row (a gather's rows read a vector a
     chunk), and the normalization reads back what the same lane stored — one launch, the
     same bits as the add's own launch (row-writers=false), float64's values to rounding."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    text = RMS_RESIDUAL.replace("BODY", _ADD if body == "add" else _GATHER)
-    text = text.replace("COLS", str(cols))
+    text = RMS_NORM.replace("ARGS", RESIDUAL_ARGS).replace("READ", "%r")
+    text = text.replace("WRITER", RESIDUAL.replace("BODY", _ADD if body == "add" else _GATHER))
+    text = text.replace("KEEP", "memref.copy %x, %xo : memref<64xCOLSxf32> to "
+                                "memref<64xCOLSxf32>").replace("COLS", str(cols))
     rng = np.random.default_rng(2)
     a = rng.standard_normal((64, cols)).astype(np.float32)
     b = torch.from_numpy(rng.standard_normal((64, cols))).bfloat16().float().numpy()
     idx = rng.integers(0, 16, 64).astype(np.int64)
     tab = torch.from_numpy(rng.standard_normal((16, cols))).bfloat16().float().numpy()
     w = rng.standard_normal(cols).astype(np.float32)
-    outs, hosts = {}, {}
-    for writers in (True, False):
-        ctx = ir.Context()
-        latch.dialect.load(ctx)
-        with ctx, ir.Location.unknown():
-            m = ir.Module.parse(text)
-            run_pipeline(m, "builtin.module(latch-wrap-host-compute{row-writers=%s})"
-                         % str(writers).lower())
-            hosts[writers] = str(m)
-            sim = Simt(m)
-            sim.run([a, b, idx, tab, w, np.zeros((64, cols), np.float32),
-                     np.zeros((64, cols), np.float32), np.zeros(64, np.float32)])
-            outs[writers] = [np.asarray(sim.arguments[i]) for i in (5, 6, 7)]
+    hosts, outs = _with_and_without(text, "row-writers", [
+        a, b, idx, tab, np.zeros((64, cols), np.float32), w,
+        np.zeros((64, cols), np.float32), np.zeros(64, np.float32)])
     fused, apart = hosts[True], hosts[False]
-    # the add (the first arith.addf of an f32 row element) is inside the norm's launch
+    # the add is inside the norm's launch, not a generic of its own
     assert apart.count("linalg.generic") == fused.count("linalg.generic") + 1
     assert fused.count("gpu.launch ") == apart.count("gpu.launch ") == 1
     if body == "gather":
         assert "vector<4xbf16>" in fused.split("gpu.terminator")[0]
     for got, want in zip(outs[True], outs[False]):
         np.testing.assert_array_equal(got, want)
+    xo, y = outs[True][4], outs[True][6]
     x = a.astype(np.float64) + (b if body == "add" else tab[idx])
     rstd = 1 / np.sqrt((x ** 2).sum(1) / cols + 1e-5)
-    assert float(np.abs(outs[True][0] - x).max()) < 1e-5
+    assert float(np.abs(xo - x).max()) < 1e-5
     ref = x * rstd[:, None] * w
-    assert float(np.abs(outs[True][1] - ref).max() / np.abs(ref).max()) < 8e-3
+    assert float(np.abs(y - ref).max() / np.abs(ref).max()) < 8e-3
 
 
 # a gradient's sum of squares for the global norm (full sum into a 0-d buffer), over bf16

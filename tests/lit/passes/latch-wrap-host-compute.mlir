@@ -2,6 +2,7 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute, latch-form-kernels)' | FileCheck %s --check-prefix=KERNELS
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute{chunks=false})' | FileCheck %s --check-prefix=STRIDED
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute{last-block-sums=true})' | FileCheck %s --check-prefix=LAST
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-wrap-host-compute{row-readers=false row-writers=false})' | FileCheck %s --check-prefix=APART
 // Host code that touches buffers after bufferization (loads, stores, scalar math on loaded
 // values, 0-d updates, copies) is wrapped, in order, into one-iteration scf.parallel loops
 // (kernels with one working thread); full sum reductions become one-block gpu.launch ops; allocations between wrapped ops are hoisted in front; parallel linalg
@@ -710,4 +711,85 @@ func.func @count_valid(%t: memref<4096xi64>, %n: memref<i64>) -> memref<i64> {
     linalg.yield %s : i64
   }
   return %n : memref<i64>
+}
+
+// -----
+// RMSNorm after a residual add: x = a + b (written), the row sum of squares into a zero
+// fill, rstd = rsqrt(sum / n + eps) (finished by the storing lane), y = x * rstd * w (read).
+// One launch of a warp per row: each lane computes, stores and sums its chunks of x, the
+// storing lane hands the total to the row's lanes (gpu.shuffle idx), and the lanes read
+// back the chunks they stored and store y; with row-readers=false row-writers=false the
+// add and the normalization stay generics of their own.
+#rn_rc = affine_map<(d0, d1) -> (d0, d1)>
+#rn_r = affine_map<(d0, d1) -> (d0)>
+#rn_c = affine_map<(d0, d1) -> (d1)>
+#rn_v = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @rms_norm(
+// CHECK: gpu.launch
+// CHECK: %[[A:.*]] = vector.load %arg0
+// CHECK: %[[B:.*]] = vector.load %arg1
+// CHECK: vector.store %{{.*}}, %[[X:.*]][
+// CHECK: gpu.shuffle  xor
+// CHECK: %[[TOTAL:.*]] = scf.if
+// CHECK: math.rsqrt
+// CHECK: memref.store
+// CHECK: %[[ALL:.*]], %{{.*}} = gpu.shuffle  idx %[[TOTAL]], %c0_i32
+// CHECK: math.rsqrt
+// CHECK: scf.for
+// CHECK: vector.load %[[X]]
+// CHECK: arith.truncf
+// CHECK: vector.store %{{.*}} : memref<16x256xbf16>, vector<4xbf16>
+// CHECK: gpu.terminator
+// CHECK-NOT: linalg.generic {{.*}}ins(%arg0
+// CHECK: return
+// APART-LABEL: func.func @rms_norm(
+// APART: linalg.generic {{.*}}ins(%arg0, %arg1
+// APART: gpu.launch
+// APART-NOT: gpu.shuffle  idx
+// APART: gpu.terminator
+// APART: linalg.generic
+// APART: arith.truncf
+func.func @rms_norm(%a: memref<16x256xf32>, %b: memref<16x256xbf16>, %w: memref<256xf32>,
+                    %y: memref<16x256xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %n = arith.constant 256.0 : f32
+  %eps = arith.constant 1.0e-5 : f32
+  %x = memref.alloc() : memref<16x256xf32>
+  linalg.generic {indexing_maps = [#rn_rc, #rn_rc, #rn_rc], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : memref<16x256xf32>, memref<16x256xbf16>) outs(%x : memref<16x256xf32>) {
+  ^bb0(%p: f32, %q: bf16, %o: f32):
+    %e = arith.extf %q : bf16 to f32
+    %t = arith.addf %p, %e : f32
+    linalg.yield %t : f32
+  }
+  %s = memref.alloc() : memref<16xf32>
+  linalg.generic {indexing_maps = [#rn_v], iterator_types = ["parallel"]} outs(%s : memref<16xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#rn_rc, #rn_r], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<16x256xf32>) outs(%s : memref<16xf32>) {
+  ^bb0(%e: f32, %o: f32):
+    %q = arith.mulf %e, %e : f32
+    %t = arith.addf %q, %o : f32
+    linalg.yield %t : f32
+  }
+  %r = memref.alloc() : memref<16xf32>
+  linalg.generic {indexing_maps = [#rn_v, #rn_v], iterator_types = ["parallel"]}
+      ins(%s : memref<16xf32>) outs(%r : memref<16xf32>) {
+  ^bb0(%e: f32, %o: f32):
+    %m = arith.divf %e, %n : f32
+    %d = arith.addf %m, %eps : f32
+    %q = math.rsqrt %d : f32
+    linalg.yield %q : f32
+  }
+  linalg.generic {indexing_maps = [#rn_rc, #rn_r, #rn_c, #rn_rc], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %r, %w : memref<16x256xf32>, memref<16xf32>, memref<256xf32>) outs(%y : memref<16x256xbf16>) {
+  ^bb0(%e: f32, %k: f32, %g: f32, %o: bf16):
+    %p = arith.mulf %e, %k : f32
+    %q = arith.mulf %p, %g : f32
+    %t = arith.truncf %q : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return
 }
