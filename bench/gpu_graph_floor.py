@@ -49,7 +49,7 @@ EMPTY_PTX = """.version 8.1
 """
 
 
-def _recapture(prog) -> None:
+def recapture(prog) -> None:
     """Forget every variant's captured graphs: the next step records directly, the one
     after captures again."""
     for v in prog.variants:
@@ -60,14 +60,32 @@ def _recapture(prog) -> None:
         v.uses = [0, 0]
 
 
+def all_launches(prog) -> list:
+    """Every kernel launch of every variant and parity of the program."""
+    return [la for v in prog.variants for launches in v.by_parity for la in launches]
+
+
+def empty_kernel(prog):
+    """(loaded module, function) of the empty kernel, allowed as much dynamic shared memory
+    as the program's largest launch asks for (so it can take any launch's place)."""
+    from latch.runtime import driver as drv
+
+    chip = prog.manifest.get("target", {}).get("chip", "sm_90")
+    module = prog.device.load_ptx(EMPTY_PTX.format(chip=chip), "latch_empty")
+    fn = module.function("latch_empty")
+    most = max(int(la.shared) for la in all_launches(prog))
+    if most > 48 * 1024:                # the contractions' dynamic shared memory, opted in
+        drv.call("cuFuncSetAttribute", fn, drv.driver().CUfunction_attribute
+                 .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, most, what="latch_empty")
+    return module, fn
+
+
 def _empty_launches(prog, fn, one_block: bool) -> None:
-    for v in prog.variants:
-        for launches in v.by_parity:
-            for launch in launches:
-                launch.function = fn
-                if one_block:
-                    launch.grid, launch.block, launch.shared = (1, 1, 1), (32, 1, 1), 0
-    _recapture(prog)
+    for launch in all_launches(prog):
+        launch.function = fn
+        if one_block:
+            launch.grid, launch.block, launch.shared = (1, 1, 1), (32, 1, 1), 0
+    recapture(prog)
 
 
 def main(argv=None) -> int:
@@ -83,15 +101,7 @@ def main(argv=None) -> int:
     from tinymoe_bench_gpu import events_ms
 
     prog, state, inputs = loaded_with_state(args.artifact, args.model)
-    chip = prog.manifest.get("target", {}).get("chip", "sm_90")
-    empty = prog.device.load_ptx(EMPTY_PTX.format(chip=chip), "latch_empty")
-    fn = empty.function("latch_empty")
-    most = max(int(la.shared) for v in prog.variants for ls in v.by_parity for la in ls)
-    if most > 48 * 1024:                # the contractions' dynamic shared memory, opted in
-        from latch.runtime import driver as drv
-
-        drv.call("cuFuncSetAttribute", fn, drv.driver().CUfunction_attribute
-                 .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, most, what="latch_empty")
+    empty, fn = empty_kernel(prog)
 
     def timed(form: str) -> dict:
         for _ in range(3):                  # direct, capture, one replay
