@@ -192,3 +192,27 @@ def test_profilers_critical_path_is_the_heaviest_chain():
         assert sum(ms[i] for i in chain) == total
         assert all(b in after[a] for a, b in zip(chain[1:], chain))
     assert profile.critical_path([[], None], [1.0, 1.0]) is None
+
+
+def test_graph_tools_empty_kernel_and_arguments(capsys):
+    """bench/gpu_graph_floor.py's empty kernel is PTX with nothing but the grid dependency
+    control every Latch kernel begins with (so it can stand in for any launch of a
+    dependent-launch graph), and both graph tools (floor, ablation) parse their arguments
+    without a GPU (``--help``)."""
+    import importlib.util
+    import os
+
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+    tools = {}
+    for name in ("gpu_graph_floor", "gpu_graph_ablation"):
+        spec = importlib.util.spec_from_file_location(name, os.path.join(bench, f"{name}.py"))
+        tools[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tools[name])
+        with pytest.raises(SystemExit) as done:
+            tools[name].main(["--help"])
+        assert done.value.code == 0 and "--model" in capsys.readouterr().out
+    ptx = tools["gpu_graph_floor"].EMPTY_PTX.format(chip="sm_90a")
+    body = ptx[ptx.index("{"):]
+    assert ".entry latch_empty()" in ptx and ".target sm_90a" in ptx
+    assert [line.strip() for line in body.splitlines() if line.strip() not in ("{", "}")] == [
+        "griddepcontrol.launch_dependents;", "griddepcontrol.wait;", "ret;"]
