@@ -26,7 +26,6 @@ Prints the ``--top`` modules by marginal cost with their launches and grids and 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
@@ -47,9 +46,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from gpu_graph_floor import all_launches, empty_kernel, recapture
+    from gpu_graph_floor import all_launches, empty_kernel, recapture, save_graph_record
     from gpu_profile_launches import loaded_with_state
-    from results_files import save_records
     from tinymoe_bench_gpu import events_ms
 
     t0 = time.monotonic()
@@ -101,14 +99,8 @@ def main(argv=None) -> int:
           "(kernels that overlap others count less than their own time)")
     if skipped:
         print(f"not reached within --budget-s: {len(skipped)} modules")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = os.path.splitext(os.path.basename(args.artifact))[0]
-    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "commit": os.environ.get("LATCH_COMMIT", "unknown"), "date": stamp,
-           "artifact": args.artifact, "model": args.model, "iters": args.iters,
-           "real_ms": reals, "rows": rows, "not_reached": skipped}
-    for path in save_records(doc, f"graph-ablation-{name}-{stamp}"):
-        print("wrote", path)
+    save_graph_record("graph-ablation", args, {"iters": args.iters, "real_ms": reals,
+                                               "rows": rows, "not_reached": skipped})
     empty.unload()
     return 0
 

@@ -80,6 +80,23 @@ def empty_kernel(prog):
     return module, fn
 
 
+def save_graph_record(kind: str, args, fields: dict) -> None:
+    """Write a graph tool's record ``<kind>-<artifact>-<UTC time>.json`` (bench/results and
+    $OUT: results_files.save_records) with the GPU, torch, commit, date, artifact and
+    model before ``fields``, and print where it went."""
+    import torch
+
+    from results_files import save_records
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = os.path.splitext(os.path.basename(args.artifact))[0]
+    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "commit": os.environ.get("LATCH_COMMIT", "unknown"), "date": stamp,
+           "artifact": args.artifact, "model": args.model, **fields}
+    for path in save_records(doc, f"{kind}-{name}-{stamp}"):
+        print("wrote", path)
+
+
 def _empty_launches(prog, fn, one_block: bool) -> None:
     for launch in all_launches(prog):
         launch.function = fn
@@ -97,7 +114,6 @@ def main(argv=None) -> int:
     import torch
 
     from gpu_profile_launches import loaded_with_state
-    from results_files import save_records
     from tinymoe_bench_gpu import events_ms
 
     prog, state, inputs = loaded_with_state(args.artifact, args.model)
@@ -124,14 +140,8 @@ def main(argv=None) -> int:
           f"{real - floor:.3f} ms to the emptied graph's {floor:.3f} ms "
           f"({floor / real:.0%} of the update is the launches); one block each: "
           f"{forms['one-block']['median_ms']:.3f} ms")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = os.path.splitext(os.path.basename(args.artifact))[0]
-    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "commit": os.environ.get("LATCH_COMMIT", "unknown"), "date": stamp,
-           "artifact": args.artifact, "model": args.model, "launches": launches,
-           "blocks": blocks, "iters": args.iters, "forms": forms}
-    for path in save_records(doc, f"graph-floor-{name}-{stamp}"):
-        print("wrote", path)
+    save_graph_record("graph-floor", args, {"launches": launches, "blocks": blocks,
+                                            "iters": args.iters, "forms": forms})
     empty.unload()
     return 0
 

@@ -86,26 +86,28 @@ def has_parallel_work(op) -> bool:
     return False
 
 
-def int_constant(v):
-    """The integer value of ``v`` when an ``arith.constant`` defines it, else None."""
-    from mlir import ir
-
+def _constant_value(v, kind):
+    """The value of ``v`` when an ``arith.constant`` defines it with an attribute of
+    ``kind`` (``ir.IntegerAttr``, ``ir.FloatAttr``), else None."""
     o = defining_op(v)
     if o is None or o.name != "arith.constant":
         return None
     a = o.attributes["value"]
-    return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None
+    return kind(a).value if isinstance(a, kind) else None
+
+
+def int_constant(v):
+    """The integer value of ``v`` when an ``arith.constant`` defines it, else None."""
+    from mlir import ir
+
+    return _constant_value(v, ir.IntegerAttr)
 
 
 def float_constant(v):
     """The float value of ``v`` when an ``arith.constant`` defines it, else None."""
     from mlir import ir
 
-    o = defining_op(v)
-    if o is None or o.name != "arith.constant":
-        return None
-    a = o.attributes["value"]
-    return ir.FloatAttr(a).value if isinstance(a, ir.FloatAttr) else None
+    return _constant_value(v, ir.FloatAttr)
 
 
 def element_bits(t) -> int:

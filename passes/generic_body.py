@@ -72,21 +72,31 @@ def clone_body_ops(ops, mapping: dict, dims) -> None:
             mapping[old_r] = new_r
 
 
-def pure_function_of_input(g) -> bool:
-    """Whether the body of the one-input, one-output generic ``g`` computes its yielded
-    value from its input element (and values defined outside) with arith and math ops only,
-    not reading its output: a rounding copy (``truncf``, maybe with more elementwise work),
-    RMSNorm's ``rsqrt(sum / n + eps)`` of a row sum."""
+def scalar_body(g, also: tuple = ()) -> list | None:
+    """The body ops of the one-output generic ``g`` (its yield left out) when they compute
+    the one yielded value from the input elements (and values defined outside) with
+    ``arith`` and ``math`` ops, or ops named in ``also``, without nested regions and without
+    reading the output element; else None."""
     from latch.passes.base import operation
 
     block = g.regions[0].blocks[0]
     body = [operation(o) for o in block.operations]
-    if list(block.arguments[1].uses):
-        return False
+    if list(block.arguments[len(block.arguments) - 1].uses):
+        return None
     for o in body[:-1]:
-        if o.name.split(".")[0] not in ("arith", "math") or o.regions:
-            return False
-    return body[-1].name == "linalg.yield" and len(body[-1].operands) == 1
+        if o.regions or (o.name.split(".")[0] not in ("arith", "math") and o.name not in also):
+            return None
+    if body[-1].name != "linalg.yield" or len(body[-1].operands) != 1:
+        return None
+    return body[:-1]
+
+
+def pure_function_of_input(g) -> bool:
+    """Whether the body of the one-input, one-output generic ``g`` computes its yielded
+    value from its input element (and values defined outside) with arith and math ops only,
+    not reading its output (:func:`scalar_body`): a rounding copy (``truncf``, maybe with
+    more elementwise work), RMSNorm's ``rsqrt(sum / n + eps)`` of a row sum."""
+    return scalar_body(g) is not None
 
 
 def apply_body(g, x):

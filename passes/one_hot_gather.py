@@ -491,7 +491,7 @@ def _lane_values(sc: Scatter, dims: list, width: int, last: int):
     from mlir import ir
 
     from latch.passes.form_contraction_kernels import load_factor_inputs
-    from latch.passes.vector_lanes import LaneEmitter, aligned_chunks, _bytes, lane_of
+    from latch.passes.vector_lanes import aligned_chunks, _bytes, emit_lanes, lane_loads
 
     con = sc.con
     side = con.sides[sc.value_side]
@@ -508,33 +508,14 @@ def _lane_values(sc: Scatter, dims: list, width: int, last: int):
             return None
         if at:
             along_inputs.append(i)
-    index_ops = [o for o in side.ops if o.name == "linalg.index"]
-    along = [o for o in index_ops if ir.IntegerAttr(o.attributes["dim"]).value == last]
-    if len(along) > 1:
+    if any(o.regions or o.name == "memref.store" for o in side.ops):
         return None
-    iv = along[0].results[0] if along else None
-    varying = {block.arguments[i] for i in along_inputs} | ({iv} if iv is not None else set())
-    for o in side.ops:
-        operands = list(o.operands)
-        if o.regions or o.name == "memref.store":
-            return None
-        if not any(x in varying for x in operands):
-            continue
-        if o.name == "memref.load":
-            if iv is None or operands[-1] != iv or any(x in varying for x in operands[:-1]) \
-                    or not vectorizable(ir.MemRefType(operands[0].type)):
-                return None
-        varying.update(o.results)
+    loads = lane_loads(side.ops, [block.arguments[i] for i in along_inputs], last)
+    if loads is None or not all(vectorizable(ir.MemRefType(x.type)) for x in loads):
+        return None
     mapping: dict = {}
     vectors = load_factor_inputs(con, side, con.inputs, dims, mapping, width, along_inputs)
-    for o in index_ops:
-        mapping[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
-    # no body op uses the loop's index: a sentinel no operand equals (Values refuse None)
-    lanes = LaneEmitter(iv if iv is not None else object(), mapping, width)
-    for j in range(width):
-        lanes.lanes[j].update(lane_of(vectors, j))
-    lanes.emit([o for o in side.ops if o.name != "linalg.index"])
-    return [lanes.value(side.value, j) for j in range(width)]
+    return emit_lanes(side.ops, side.value, mapping, vectors, dims, last, width)
 
 
 def _store_rounded(x, copy, flat) -> None:

@@ -88,7 +88,7 @@ from latch.passes.form_contraction_kernels import match_contraction
 from latch.passes.generic_body import (accumulation, apply_body, clone_body_ops, compare,
                                        guarded_launch, index_constant, indexing_maps, indices,
                                        load_inputs, loop_ranges, pure_function_of_input,
-                                       segments, top_allocation)
+                                       scalar_body, segments, top_allocation)
 
 # combining op -> (gpu.all_reduce operation, identity)
 _COMBINERS = {
@@ -420,16 +420,11 @@ def _row_reader(op, info, ops, k, fin_at):
     if not isinstance(res.type, ir.MemRefType) or not ir.MemRefType(res.type).has_static_shape \
             or not maps[-1].is_permutation:
         return None
-    block = g.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    if list(block.arguments[len(ins)].uses) or body[-1].name != "linalg.yield" or \
-            len(body[-1].operands) != 1:
+    body = scalar_body(g, also=("linalg.index",))
+    if body is None:
         return None
     between = ops[k + 1:at]
-    for o in body[:-1]:
-        if o.regions or (o.name.split(".")[0] not in ("arith", "math") and
-                         o.name != "linalg.index"):
-            return None
+    for o in body:
         for x in o.operands:                # values from outside: defined before the launch
             if not hasattr(x.owner, "arguments") and _op(x.owner) in between:
                 return None
@@ -474,7 +469,6 @@ def _same_loops(ranges, red_ranges, want):
     writing the reduction's input where the reduction reads it); None when no assignment
     fits (latch-wrap-host-compute may have ordered the two ops' loops differently)."""
     import itertools
-    import re
 
     n = len(ranges)
     if n != len(red_ranges) or sorted(ranges) != sorted(red_ranges):
@@ -528,7 +522,7 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
 
     from latch.passes.buffer_views import (NO_MEMORY_EFFECTS, arena_span, may_share_bytes,
                                            memrefs_used)
-    from latch.passes.vector_lanes import aligned_chunks
+    from latch.passes.vector_lanes import aligned_chunks, lane_loads
 
     n_red = math.prod(info.ranges[d] for d in info.red)
     n_out = math.prod(info.ranges[d] for d in info.par)
@@ -570,22 +564,11 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
     if loops is None:
         return None
     block = p.regions[0].blocks[0]
-    body = [_op(o) for o in block.operations]
-    if list(block.arguments[len(ins)].uses) or body[-1].name != "linalg.yield" or \
-            len(body[-1].operands) != 1:
+    body = scalar_body(p, also=("linalg.index", "memref.load"))
+    if body is None:
         return None
-    loaded = []
-    for o in body[:-1]:
-        if o.regions or (o.name.split(".")[0] not in ("arith", "math") and
-                         o.name not in ("linalg.index", "memref.load")):
-            return None
-        if o.name == "memref.load":
-            loaded.append(o.operands[0])
+    loaded = [o.operands[0] for o in body if o.name == "memref.load"]
     last = loops.index(info.red[-1])
-    along_index = [o for o in body if o.name == "linalg.index" and
-                   ir.IntegerAttr(o.attributes["dim"]).value == last]
-    if len(along_index) > 1:
-        return None
     # the buffers the launch writes: the writer's output, the totals, the finished
     # totals, the reader's output
     written = [x, list(op.operands)[-1]]
@@ -629,19 +612,9 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
         if results[-1] != dim or len(uses) > 1 or not isinstance(y.type, ir.MemRefType):
             return None
         along.append(i)
-    iv = along_index[0].results[0] if along_index else None
-    varying = {block.arguments[i] for i in along} | ({iv} if iv is not None else set())
-    vector_loads = []
-    for o in body[:-1]:
-        operands_o = list(o.operands)
-        if not any(y in varying for y in operands_o):
-            continue
-        if o.name == "memref.load":     # a vector load along the row, or refused
-            if iv is None or operands_o[-1] != iv or \
-                    any(y in varying for y in operands_o[:-1]):
-                return None
-            vector_loads.append(operands_o[0])
-        varying.update(o.results)
+    vector_loads = lane_loads(body, [block.arguments[i] for i in along], last)
+    if vector_loads is None:
+        return None
     mts = [ir.MemRefType(y.type) for y in [ins[i] for i in along] + vector_loads + [x]]
     while v > 1 and not all(aligned_chunks(mt, v) for mt in mts):
         v //= 2
@@ -766,9 +739,7 @@ def _write_chunk(writer: RowWriter, info, here, v: int) -> list:
     the others once, its body for the ``v`` lanes
     (:class:`~latch.passes.vector_lanes.LaneEmitter`: a gather's loads along the row
     become vector loads), one vector store; returns the ``v`` values."""
-    from mlir import ir
-
-    from latch.passes.vector_lanes import LaneEmitter, lane_of, load_chunk, read_along
+    from latch.passes.vector_lanes import emit_lanes, load_chunk, read_along, store_chunk
 
     p = writer.op
     operands = list(p.operands)
@@ -782,26 +753,8 @@ def _write_chunk(writer: RowWriter, info, here, v: int) -> list:
     mapping = {}
     load_inputs(block, ins, maps, at, mapping, only=set(range(len(ins))) - along)
     vectors = load_chunk(block, ins, maps, at, v, along)
-    index_ops = [o for o in body if o.name == "linalg.index"]
-    iv = None
-    for o in index_ops:
-        d = ir.IntegerAttr(o.attributes["dim"]).value
-        mapping[o.results[0]] = at[d]
-        if d == last:
-            iv = o.results[0]
-    # no body op uses the row loop's index: a sentinel no operand equals
-    lanes = LaneEmitter(iv if iv is not None else object(), mapping, v)
-    for u in range(v):
-        lanes.lanes[u].update(lane_of(vectors, u))
-    lanes.emit([o for o in body[:-1] if o.name != "linalg.index"])
-    result = body[-1].operands[0]
-    values = [lanes.value(result, u) for u in range(v)]
-    elt = ir.MemRefType(x.type).element_type
-    vec = ir.Operation.create("vector.from_elements", [ir.VectorType.get([v], elt)],
-                              values).result
-    ir.Operation.create("vector.store", [], [vec, x] + indices(maps[-1], at), attributes={
-        "alignment": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                        v * element_bits(elt) // 8)})
+    values = emit_lanes(body[:-1], body[-1].operands[0], mapping, vectors, at, last, v)
+    store_chunk(values, x, indices(maps[-1], at))
     return values
 
 
@@ -1037,7 +990,7 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
     as the reduction's, :func:`_strided_partial`)."""
     from mlir import ir
 
-    from latch.passes.vector_lanes import lane_of, load_chunk, read_along
+    from latch.passes.vector_lanes import lane_of, load_chunk, read_along, store_chunk
 
     g, v = reader.op, reader.v
     operands = list(g.operands)
@@ -1051,7 +1004,6 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
     last = reader.loops.index(info.red[-1])
     along = read_along(ins, maps, f"d{last}") - set(reader.totals) if v > 1 else set()
     loaded = set(range(len(ins))) - set(reader.totals) - along
-    elt = ir.MemRefType(res.type).element_type
     index = ir.IndexType.get()
 
     def chunk(k, _):
@@ -1070,12 +1022,8 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
         where = indices(maps[-1], here)
         if v == 1:
             ir.Operation.create("memref.store", [], [ys[0], res] + where)
-            return None
-        vec = ir.Operation.create("vector.from_elements", [ir.VectorType.get([v], elt)],
-                                  ys).result
-        ir.Operation.create("vector.store", [], [vec, res] + where, attributes={
-            "alignment": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                            v * element_bits(elt) // 8)})
+        else:
+            store_chunk(ys, res, where)
         return None
 
     start = ir.Operation.create("arith.muli", [index], [lane, index_constant(v)]).result \

@@ -216,6 +216,21 @@ def load_chunk(block, ins, maps, dims, lanes: int, along: set):
     return vectors
 
 
+def store_chunk(values: list, mem, idx) -> None:
+    """Store ``values`` (consecutive elements) into ``mem`` from the indices ``idx`` as one
+    ``vector.store`` (:func:`aligned_chunks` holds for their number)."""
+    from mlir import ir
+
+    from latch.passes.base import element_bits
+
+    elt = ir.MemRefType(mem.type).element_type
+    vec = ir.Operation.create("vector.from_elements", [ir.VectorType.get([len(values)], elt)],
+                              values).result
+    ir.Operation.create("vector.store", [], [vec, mem] + idx, attributes={
+        "alignment": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                        len(values) * element_bits(elt) // 8)})
+
+
 def lane_of(vectors: dict, u: int) -> dict:
     """{body argument: element ``u`` of its vector} (``vector.extract``) for
     :func:`load_chunk`'s vectors."""
@@ -225,6 +240,61 @@ def lane_of(vectors: dict, u: int) -> dict:
         "vector.extract", [arg.type], [vec],
         attributes={"static_position": ir.DenseI64ArrayAttr.get([u])}).result
         for arg, vec in vectors.items()}
+
+
+def _row_index(ops, last: int):
+    """The ``linalg.index`` result of loop ``last`` among a body's ``ops`` (None if none);
+    False when there are several."""
+    from mlir import ir
+
+    found = [o for o in ops if o.name == "linalg.index" and
+             ir.IntegerAttr(o.attributes["dim"]).value == last]
+    return False if len(found) > 1 else (found[0].results[0] if found else None)
+
+
+def lane_loads(ops, along_args, last: int):
+    """The buffers a generic's body ``ops`` (its yield left out) load as vectors when
+    :func:`emit_lanes` runs them for consecutive iterations of loop ``last``: the loads whose
+    last index is that loop's ``linalg.index``.  The values that vary between the lanes are
+    ``along_args`` (block arguments read along the loop), that index and everything computed
+    from them; None when the body has two indices of the loop or a load depends on a varying
+    value otherwise (a gather's row taken from the lanes' values)."""
+    iv = _row_index(ops, last)
+    if iv is False:
+        return None
+    varying = set(along_args) | ({iv} if iv is not None else set())
+    loads = []
+    for o in ops:
+        operands = list(o.operands)
+        if not any(x in varying for x in operands):
+            continue
+        if o.name == "memref.load":
+            if iv is None or operands[-1] != iv or any(x in varying for x in operands[:-1]):
+                return None
+            loads.append(operands[0])
+        varying.update(o.results)
+    return loads
+
+
+def emit_lanes(ops, result, mapping: dict, vectors: dict, dims, last: int, v: int) -> list:
+    """Emit a generic's body ``ops`` (its yield left out; :func:`lane_loads` holds) for the
+    ``v`` consecutive iterations of loop ``last`` from ``dims`` (the loop indices of the
+    first, a multiple of ``v``) with :class:`LaneEmitter`: ``linalg.index d`` is ``dims[d]``,
+    the block arguments read along the loop are the lanes of ``vectors``
+    (:func:`load_chunk`), the others as in ``mapping``.  Returns ``result``'s ``v`` lane
+    values."""
+    from mlir import ir
+
+    for o in ops:
+        if o.name == "linalg.index":
+            mapping[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
+    iv = _row_index(ops, last)
+    # no body op uses the loop's index: a sentinel no operand equals (Values refuse None)
+    lanes = LaneEmitter(iv if iv is not None else object(), mapping, v)
+    for j in range(v):
+        lanes.lanes[j].update(lane_of(vectors, j))
+    lanes.emit([o for o in ops if o.name != "linalg.index"])
+    return [lanes.value(result, j) for j in range(v)]
 
 
 class LaneEmitter:
