@@ -11,14 +11,17 @@ longest chain decides the time (TinyMoE B2: 10.6 ms of launches alone in a 6.5 m
 Here the update's own graph is captured again with every launch of one kernel module
 replaced by the empty kernel of gpu_graph_floor.py (its grid, block and shared memory
 kept), and timed like the update (median of ``--iters`` steps after capture; one real
-update between two modules refreshes every buffer); the
-module's **marginal cost** is the real update's median minus that.  Modules are tried in
-the order of the manifest's first launch of each; the real update is timed again every 20
-modules (its spread is the resolution: differences below it say nothing).  The emptied
-kernels write nothing, so every buffer keeps what the last real update left in it (the
-expert products still see real extents); the state is not changed by an emptied update
-that skips the optimizer's kernels, and the non-finite guard may count such steps as
-skipped.  ``--budget-s`` stops the sweep in time (the modules not reached are listed).
+update between two modules); the module's **marginal cost** is the real update's median
+minus that.  Modules are tried in the order of the manifest's first launch of each; the
+real update is timed again every 20 modules (its spread is the resolution: differences
+below it say nothing).  An emptied kernel writes nothing, and the memory plan reuses its
+output's arena slot for other buffers, so what its readers would find there is another
+buffer's bytes: as floats possibly NaN, as indices out of any range (a gather through them
+faults).  So the arena's temporaries are zeroed before every step, real or emptied
+(outside the timing; the slots where swapped states keep their other value are left
+alone): an emptied kernel's readers see zeros — finite floats, index 0, empty experts (an
+emptied routing kernel then also saves the expert products' work: its marginal cost
+includes theirs).  ``--budget-s`` stops the sweep in time (the modules not reached are listed).
 
 Prints the ``--top`` modules by marginal cost with their launches and grids and writes
 ``graph-ablation-<artifact>-<UTC time>.json`` (bench/results and $OUT).
@@ -36,6 +39,19 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 
 
+def temporary_ranges(prog) -> list:
+    """The arena's byte ranges that hold temporaries: all of it but the slots where a state
+    that commits by swap keeps its other value (latch.runtime.commit)."""
+    ranges, at = [], 0
+    for a, n in sorted(prog.swap.slots.values()):
+        if a > at:
+            ranges.append((at, a - at))
+        at = max(at, a + n)
+    if prog.arena.nbytes > at:
+        ranges.append((at, prog.arena.nbytes - at))
+    return ranges
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("artifact")
@@ -48,7 +64,7 @@ def main(argv=None) -> int:
 
     from gpu_graph_floor import all_launches, empty_kernel, recapture, save_graph_record
     from gpu_profile_launches import loaded_with_state
-    from tinymoe_bench_gpu import events_ms
+    from latch.runtime import driver as drv
 
     t0 = time.monotonic()
     prog, state, inputs = loaded_with_state(args.artifact, args.model)
@@ -59,12 +75,32 @@ def main(argv=None) -> int:
     for la in launches:
         modules.setdefault(la.spec["module"], []).append(la)
 
+    temporaries = temporary_ranges(prog)
+
+    def zero_temporaries() -> None:
+        for at, n in temporaries:
+            drv.memset_zero(prog.arena.ptr + at, n, prog.stream, "the temporaries")
+        prog.stream.synchronize("zeroing the temporaries")
+
+    def step() -> None:
+        zero_temporaries()
+        prog.step(state, *inputs)
+
     def timed() -> float:
         recapture(prog)
         for _ in range(3):                  # direct, capture, one replay
+            step()
+        times = []
+        for _ in range(args.iters):
+            zero_temporaries()              # outside the timing
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
             prog.step(state, *inputs)
-        torch.cuda.synchronize()
-        return events_ms(lambda: prog.step(state, *inputs), args.iters)["median_ms"]
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        return statistics.median(times)
 
     reals = [timed()]
     rows, skipped = [], []
@@ -72,15 +108,17 @@ def main(argv=None) -> int:
         if time.monotonic() - t0 > args.budget_s:
             skipped.append(name)
             continue
+        print(f"  [{n + 1}/{len(modules)}] {name}:", end=" ", flush=True)
         for la in group:
             la.function = fn
         ms = timed()
         for la in group:
             la.function = real_fn[id(la)]
         recapture(prog)
-        prog.step(state, *inputs)           # one real update: every buffer refreshed
+        step()                              # one real update: every buffer refreshed
         rows.append({"module": name, "launches": len(group), "ms_emptied": ms,
                      "grid": list(group[0].grid), "block": list(group[0].block)})
+        print(f"{ms:.3f} ms emptied (real {reals[-1]:.3f})", flush=True)
         if n % 20 == 19:
             reals.append(timed())
     reals.append(timed())
