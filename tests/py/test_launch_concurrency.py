@@ -197,14 +197,13 @@ def test_profilers_critical_path_is_the_heaviest_chain():
 def test_graph_tools_empty_kernel_and_arguments(capsys):
     """bench/gpu_graph_floor.py's empty kernel is PTX with nothing but the grid dependency
     control every Latch kernel begins with (so it can stand in for any launch of a
-    dependent-launch graph), and both graph tools (floor, ablation) parse their arguments
-    without a GPU (``--help``)."""
+    dependent-launch graph), and the tool parses its arguments without a GPU (``--help``)."""
     import importlib.util
     import os
 
     bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
     tools = {}
-    for name in ("gpu_graph_floor", "gpu_graph_ablation"):
+    for name in ("gpu_graph_floor",):
         spec = importlib.util.spec_from_file_location(name, os.path.join(bench, f"{name}.py"))
         tools[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(tools[name])
