@@ -9,7 +9,10 @@ b32); ``b<batch>-<precision>-every<N>`` is the selective-updates workload (exper
 step every N microbatches: tinymoe_model.selective_rule; bench/selective_gpu.py runs it);
 ``b<batch>-<precision>-looped`` (e.g. b32-bf16-looped) is the looped TinyMoE of WORKLOADS.md
 (layers 2-5 applied twice: tinymoe_model.make_looped_tinymoe_196m; bench/tinymoe_bench_gpu.py
---workloads looped-b32 runs it); a trailing ``-math``, ``-flash`` or ``-fused``
+--workloads looped-b32 runs it; each visit of the repeat traced as ordinary layers, the
+default ``repeat="unroll"`` on cuda, and with a trailing ``-loop``, b32-bf16-looped-loop,
+``repeat="loop"``: one loop whose backward rematerializes each visit's forward, for the
+bench's ``latch-loop`` engine); a trailing ``-math``, ``-flash`` or ``-fused``
 (e.g. b32-bf16-math) compiles with that ``attention`` option instead of the default
 (``"auto"``: fused attention kernels on cuda with bf16; latch/frontend/attention.py), for the
 bench's ``latch-math`` / ``latch-flash`` / ``latch-fused`` engines; a trailing ``-det``
@@ -192,6 +195,9 @@ def build(name: str) -> dict:
     switches = []                  # e.g. b32-bf16-padded: empty-rows=false (OFF_SWITCHES)
     while variant[-1:] and variant[-1] in OFF_SWITCHES:
         switches.insert(0, variant.pop())
+    repeat = "auto"     # latch.compile's default: each latch.repeat unrolled on cuda
+    if variant[-1:] == ["loop"]:    # e.g. b32-bf16-looped-loop: repeat="loop"
+        repeat, variant = "loop", variant[:-1]
     deterministic = variant[-1:] == ["det"]      # e.g. b32-bf16-det: deterministic=True
     if deterministic:
         variant = variant[:-1]
@@ -205,7 +211,7 @@ def build(name: str) -> dict:
         rule = selective_rule(recipe, int(variant[0][len("every"):]))
     model, example = make(batch=batch)
     rec = {"precision": precision, "batch": batch, "recipe": recipe, "attention": attention,
-           "deterministic": deterministic, "fingerprint": fingerprint(model)}
+           "deterministic": deterministic, "repeat": repeat, "fingerprint": fingerprint(model)}
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications
@@ -214,7 +220,8 @@ def build(name: str) -> dict:
     try:
         with _switched_off(switches):
             prog = latch.compile(model, rule, example, target="cuda", precision=precision,
-                                 attention=attention, deterministic=deterministic)
+                                 attention=attention, deterministic=deterministic,
+                                 repeat=repeat)
     except Exception as e:  # noqa: BLE001 - record where the cuda path stops
         rec["failed"] = f"{type(e).__name__}: {str(e)[:2000]}"
         rec["traceback_tail"] = traceback.format_exc().splitlines()[-8:]

@@ -20,6 +20,10 @@ engine runs in its own process on the same model (same seed) and the same fixed 
   ``latch``; ``--repeat-check`` runs each Latch engine's loss curve twice from the fresh
   state and records whether the two runs' losses and final states are bitwise equal
   (``bitwise_repeatable``);
+* ``latch-loop`` (not in the default ``--engines``; ``--workloads looped-b32``):
+  ``tinymoe196m-b32-bf16-looped-loop.latch``, compiled with ``repeat="loop"`` (the repeat
+  kept as one loop, its backward rematerializing each visit's forward) instead of the cuda
+  default ``"unroll"``;
 * ``latch-<switches>`` (not in the default ``--engines``), e.g. ``latch-padded`` or
   ``latch-padded-gridorder``: the build ``tinymoe196m-b<B>-bf16-<switches>.latch`` with
   those compiler steps switched off (bench/tinymoe196m_build.py ``OFF_SWITCHES``), its time
@@ -108,7 +112,8 @@ def parse_workload(name: str) -> tuple[int, bool]:
 # Latch engines: the suffix of their bench/tinymoe196m_build.py build ("-math": the
 # attention option "math", "-det": deterministic=True).
 LATCH_ENGINES = {"latch": "", "latch-math": "-math", "latch-flash": "-flash",
-                 "latch-fused": "-fused", "latch-det": "-det", "latch-base": "-base"}
+                 "latch-fused": "-fused", "latch-det": "-det", "latch-base": "-base",
+                 "latch-loop": "-loop"}
 
 
 # runtime switches: ``latch-<switch>`` engines that run the same build as ``latch`` with

@@ -58,7 +58,7 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     ``example_inputs``: a tuple of tensors with the shapes and dtypes of every later batch
     (with ``distributed=True``: one rank's shard of the batch).
     Other keywords are fields of :class:`latch.options.CompileOptions` (``opt_level``,
-    ``distributed``, ``bucket_mb``, ``attention``, ``deterministic``).
+    ``distributed``, ``bucket_mb``, ``attention``, ``deterministic``, ``repeat``).
     """
     options = CompileOptions(target=target, precision=precision, on_nonfinite=on_nonfinite,
                              **kwargs)
@@ -79,7 +79,10 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     # the persistent compile cache (latch/cache.py): trace, key, hit -> load, miss -> build
     from latch.cache import cached_compile
     from latch.frontend.attention import attention_rounding, traced_mode
+    from latch.frontend.structured import repeats_unrolled
     # the traces (key and build) see it; "fused" makes its ops only for a target that lowers
-    # them (cuda), elsewhere it traces as "flash"
-    with attention_rounding(traced_mode(options.attention_mode, options.target)):
+    # them (cuda), elsewhere it traces as "flash"; a repeat is unrolled in the traces where
+    # the option says so
+    with attention_rounding(traced_mode(options.attention_mode, options.target)), \
+            repeats_unrolled(options.repeat_mode == "unroll"):
         return cached_compile(model, rule, inputs, options, build)

@@ -83,8 +83,8 @@ def repeat(block, carry, times: int):
         return carry
     from latch.frontend import structured
     rec = _recorder()
-    if rec is not None:
+    if rec is not None and not structured.unrolls_repeats():
         return structured.traced_repeat(rec, block, carry, times)
-    for _ in range(times):
+    for _ in range(times):          # eager, or a trace that unrolls it (repeat="unroll")
         carry = block(carry)
     return carry

@@ -28,6 +28,17 @@ ATTENTION = {
              "latch.attention_grad op that never store the scores (target='cuda'; on the cpu "
              "it is 'flash'; other calls take the 'flash' path)",
 }
+REPEAT = {
+    "auto": "the default: 'unroll' for target='cuda' (its launch list unrolls the loop "
+            "anyway), else 'loop'",
+    "loop": "each latch.repeat stays one loop; its backward rematerializes every visit's "
+            "forward from the visit's input (one visit's activations in memory at a time, "
+            "one more forward pass of the repeated block per visit)",
+    "unroll": "each visit of a latch.repeat is traced like an ordinary layer (the weights "
+              "still shared): the backward reads every visit's saved activations, as "
+              "PyTorch's autograd of the Python loop does (no rematerialized forward; every "
+              "visit's activations in memory)",
+}
 NONFINITE = {
     "skip": "a step whose loss or new state is non-finite is not committed (state untouched); "
             "state.skipped_steps counts it",
@@ -68,6 +79,11 @@ class CompileOptions:
     # PyTorch's index_add_ on CUDA).  Off by default: four launches per scatter instead of
     # one (passes/fixed_point_scatter.py).  The cpu target is deterministic either way.
     deterministic: bool = False
+    # How a latch.repeat (looped layers with shared weights) is compiled: "loop" keeps one
+    # loop whose backward rematerializes each visit's forward, "unroll" traces every visit
+    # like an ordinary layer (activations saved); "auto" (the default) is "unroll" on cuda
+    # and "loop" on the cpu.
+    repeat: str = "auto"
 
     def __post_init__(self):
         _check("target", self.target, TARGETS)
@@ -84,6 +100,7 @@ class CompileOptions:
             raise LatchError(f"distributed=True needs target='cuda' (the gradients are averaged "
                              f"with NCCL); got target={self.target!r}")
         _check("attention", self.attention, ATTENTION)
+        _check("repeat", self.repeat, REPEAT)
         if self.attention not in ("math", "auto") and self.precision != "bf16":
             raise LatchError(f"attention={self.attention!r} sets how bf16 attention is "
                              f"rounded; it needs precision='bf16' (got {self.precision!r})")
@@ -97,6 +114,13 @@ class CompileOptions:
         if self.attention != "auto":
             return self.attention
         return "fused" if self.target == "cuda" and self.precision == "bf16" else "math"
+
+    @property
+    def repeat_mode(self) -> str:
+        """The repeat option with "auto" resolved for this target."""
+        if self.repeat != "auto":
+            return self.repeat
+        return "unroll" if self.target == "cuda" else "loop"
 
     @property
     def bucket_bytes(self) -> int:

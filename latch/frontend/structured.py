@@ -142,6 +142,25 @@ def active() -> Recorder | None:
     return _ACTIVE.get()
 
 
+# whether the traces inside unroll each latch.repeat (latch.options.REPEAT "unroll")
+_UNROLL: contextvars.ContextVar = contextvars.ContextVar("latch_unroll_repeats", default=False)
+
+
+@contextlib.contextmanager
+def repeats_unrolled(unroll: bool):
+    """Traces inside trace each visit of a ``latch.repeat`` as ordinary ops (``unroll``) or
+    keep the repeat as one node (the default)."""
+    token = _UNROLL.set(bool(unroll))
+    try:
+        yield
+    finally:
+        _UNROLL.reset(token)
+
+
+def unrolls_repeats() -> bool:
+    return _UNROLL.get()
+
+
 @contextlib.contextmanager
 def recording(mode: str, precision: str = "fp32"):
     rec = Recorder(mode)

@@ -131,7 +131,7 @@ class _Imported(Exception):
     """Raised right after latch.compile's import: the test has the IR it wants."""
 
 
-def _imported_ir(monkeypatch, model, inputs, target, attention):
+def _imported_ir(monkeypatch, model, inputs, target, attention, **options):
     """The linalg module ``latch.compile`` imports (stage 2) for ``target``; the compile
     stops there, so no backend stage runs."""
     from latch.frontend import importer
@@ -145,7 +145,7 @@ def _imported_ir(monkeypatch, model, inputs, target, attention):
     monkeypatch.setattr(importer, "import_to_linalg", stop_after_import)
     with pytest.raises(_Imported):
         latch.compile(model, optim.SGD(0.1), inputs, target=target, precision="bf16",
-                      attention=attention)
+                      attention=attention, **options)
     monkeypatch.setattr(importer, "import_to_linalg", real)
     return seen
 
@@ -240,13 +240,21 @@ class LoopedAttention(nn.Module):
 @pytest.mark.parametrize("attention", ["auto", "fused", "flash"])
 def test_attention_inside_a_repeat_body(monkeypatch, attention):
     """The default (auto = fused on cuda), "fused" and "flash" compile a model whose repeated
-    block calls attention.  Fused: the body's call is one latch.attention in the loop's
-    forward body and one of each in its VJP (taken with torch.autograd.grad; it recomputes
-    the forward), next to the pair of the call outside the loop."""
-    text = _imported_ir(monkeypatch, LoopedAttention(), _data(), "cuda", attention)["text"]
+    block calls attention.  Fused, repeat="loop": the body's call is one latch.attention in
+    the loop's forward body and one of each in its VJP (taken with torch.autograd.grad; it
+    recomputes the forward), next to the pair of the call outside the loop; unrolled, one
+    pair per visit."""
+    text = _imported_ir(monkeypatch, LoopedAttention(), _data(), "cuda", attention,
+                        repeat="loop")["text"]
     fused = attention != "flash"
     # latch.attention: the loop body, the body's VJP (which recomputes the forward) and the
     # last layer; latch.attention_grad: the VJP and the last layer
     assert text.count('"latch.attention"') == 3 * int(fused)
     assert text.count('"latch.attention_grad"') == 2 * int(fused)
     assert "64x64x" not in text or not fused
+    # unrolled (the cuda default): one pair per visit (2) and for the last layer; the
+    # backward reads the saved outputs, no forward is recomputed
+    text = _imported_ir(monkeypatch, LoopedAttention(), _data(), "cuda", attention)["text"]
+    assert text.count('"latch.attention"') == 3 * int(fused)
+    assert text.count('"latch.attention_grad"') == 3 * int(fused)
+    assert '"scf.for"' not in text

@@ -272,8 +272,36 @@ def _train_against_fp64(prog, model, ref, opt, batches):
         assert rel(got[n], p.detach()) <= 1e-5, (n, rel(got[n], p.detach()))
 
 
+def test_repeat_unrolled_training_trace_has_no_structured_node():
+    """repeat="unroll" (the cuda default): each visit is traced like an ordinary layer, so
+    the joint graph holds no latch.repeat node and no loop is imported (the backward reads
+    each visit's saved activations instead of rematerializing the forward)."""
+    from latch.frontend.structured import repeats_unrolled
+    model, inputs = _looped()
+    with repeats_unrolled(True):
+        traced = trace_loss_and_grads(model, inputs)
+    ops = [str(n.target) for n in traced.graph_module.graph.nodes if n.op == "call_function"]
+    assert not [o for o in ops if o.startswith("latch.")]
+    # the block's one linear layer: 3 visits in the forward, each with its own products in
+    # the backward
+    assert sum(o in ("aten.mm.default", "aten.addmm.default") for o in ops) >= 3 * 3
+    text = import_to_linalg(traced, "loss_and_grads")
+    assert '"scf.for"' not in text
+
+
+def test_repeat_option_checked_and_resolved():
+    from latch.options import CompileOptions
+    assert CompileOptions(target="cuda").repeat_mode == "unroll"
+    assert CompileOptions(target="cpu").repeat_mode == "loop"
+    assert CompileOptions(target="cuda", repeat="loop").repeat_mode == "loop"
+    assert CompileOptions(repeat="unroll").digest() != CompileOptions(repeat="loop").digest()
+    with pytest.raises(latch.LatchError, match=r"(?s)unknown repeat 'unrolled'.*'unroll'"):
+        CompileOptions(repeat="unrolled")
+
+
+@pytest.mark.parametrize("repeat", ["loop", "unroll"])
 @pytest.mark.parametrize("rule_name", ["sgd", "adamw"])
-def test_repeat_training_matches_fp64(rule_name):
+def test_repeat_training_matches_fp64(rule_name, repeat):
     model, example = _looped()
     batches = [example] + [(torch.randn(5, 6), torch.randn(5, 3)) for _ in range(3)]
     if rule_name == "sgd":
@@ -284,7 +312,7 @@ def test_repeat_training_matches_fp64(rule_name):
         rule = optim.AdamW(1e-2, weight_decay=0.1)
         ref = copy.deepcopy(model).double()
         opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
-    prog = latch.compile(model, rule, example)
+    prog = latch.compile(model, rule, example, repeat=repeat)
     _train_against_fp64(prog, model, ref, opt, batches)
 
 
@@ -486,14 +514,16 @@ def test_looped_tiny_moe_same_parameters_as_tiny_moe():
         LoopedTinyMoE(n_layers=4, loop=(2, 6, 2))
 
 
-def test_looped_tiny_moe_compiles_for_cuda():
+@pytest.mark.parametrize("repeat", ["loop", "unroll"])
+def test_looped_tiny_moe_compiles_for_cuda(repeat):
     """The cuda target unrolls both loops of the repeat (forward and reverse) into the
-    launch list: the manifest is sane and holds every parameter under its model name."""
+    launch list (repeat="loop"), or traces every visit as ordinary layers ("unroll", the
+    default): the manifest is sane and holds every parameter under its model name."""
     from models import make_looped_tiny_moe
 
     model, example = make_looped_tiny_moe(seed=0)
     rule = optim.clip_grad_norm(0.5, optim.AdamW(1e-2, betas=(0.9, 0.95), weight_decay=0.1))
-    prog = latch.compile(model, rule, example, target="cuda")
+    prog = latch.compile(model, rule, example, target="cuda", repeat=repeat)
     m = prog.manifest
     assert m["kind"] == "cuda-update" and m["launches"]
     assert m["arena_bytes"] >= m["planned_arena_bytes"] > 0
