@@ -101,3 +101,24 @@ def test_pinned_routing_reproduces_the_model_and_separates_flips(tmp_path):
         assert p["worst_rel_l2"] < 0.08 < rep["engines"][engine]["worst_rel_l2"]
         assert p["loss_rel"] < 1e-3
     assert rc == (0 if rep["pass"] else 1)
+
+
+def test_f64_reference_recomputes_each_layer_with_the_same_gradients():
+    """grads_f64 keeps only each layer's input for the backward (the B32 float64 activations
+    do not fit an 80 GB GPU) and recomputes the layer: the same float64 gradients as keeping
+    every activation, and the routing recorded once per MoE layer (the forward's)."""
+    import copy
+
+    model = qualify.build_model_for_test()
+    torch.manual_seed(1)
+    x = torch.randint(0, 64, (2, 16))
+    y = torch.randint(0, 64, (2, 16))
+    loss, grads, routes = qualify.grads_f64(model, x, y, torch.device("cpu"))
+    m = copy.deepcopy(model).double()
+    want_loss = m(x, y)
+    want = dict(zip([n for n, _ in m.named_parameters()],
+                    torch.autograd.grad(want_loss, list(m.parameters()))))
+    assert loss == float(want_loss)
+    for n, g in want.items():
+        assert torch.allclose(grads[n], g, rtol=1e-12, atol=1e-15), n
+    assert len(routes) == len(qualify._moes(model)) == 2
