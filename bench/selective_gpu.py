@@ -11,9 +11,6 @@ microbatches.  Mean time per microbatch over a 16-microbatch cycle, side by side
   CUDA graph; the runtime reads the every-counter before each step to pick one.  Also
   reports each variant's launches and state copies, and checks that the expert weights and
   moments are bitwise unchanged across the 15 microbatches between expert steps;
-* ``latch-<runtime switches>`` (not in the default ``--engines``), e.g.
-  ``latch-chainpriority``: the same artifact with the runtime environment of
-  ``tinymoe_bench_gpu.RUNTIME_SWITCHES`` (its time relative to ``latch`` printed);
 * ``torch-eager``: autocast forward, backward, AdamW (foreach) on the shared parameters;
   expert gradients accumulate in ``.grad``; every 16th microbatch they are divided by 16,
   the expert AdamW steps and they are zeroed;
@@ -62,14 +59,6 @@ def _cycles(step, every, cycles):
     return out
 
 
-def _is_latch(engine: str) -> bool:
-    """``latch``, or ``latch-<runtime switches>`` (tinymoe_bench_gpu.RUNTIME_SWITCHES, e.g.
-    ``latch-chainpriority``: the same artifact under that runtime environment)."""
-    from tinymoe_bench_gpu import RUNTIME_SWITCHES
-    parts = engine.split("-")
-    return parts[0] == "latch" and all(w in RUNTIME_SWITCHES for w in parts[1:])
-
-
 def child(engine: str, args) -> dict:
     import torch
 
@@ -79,7 +68,7 @@ def child(engine: str, args) -> dict:
     model, (idx, tgt) = make_tinymoe_196m(batch=2)
     idx, tgt = idx.cuda(), tgt.cuda()
     out = {"engine": engine}
-    if _is_latch(engine):
+    if engine == "latch":
         import latch
         prog = latch.load(os.path.join(ART, f"tinymoe196m-b2-bf16-every{args.every}.latch"))
         d = prog.describe()
@@ -203,15 +192,9 @@ def main() -> int:
     for engine in args.engines.split(","):
         fd, path = tempfile.mkstemp(suffix=".json")
         os.close(fd)
-        from tinymoe_bench_gpu import RUNTIME_SWITCHES
-        switches = {}
-        if _is_latch(engine):
-            for w in engine.split("-")[1:]:
-                switches.update(RUNTIME_SWITCHES[w])
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
                             f"{engine}:{path}", "--every", str(args.every), "--cycles",
-                            str(args.cycles)], capture_output=True, text=True, cwd=ROOT,
-                           env={**os.environ, **switches})
+                            str(args.cycles)], capture_output=True, text=True, cwd=ROOT)
         if r.returncode != 0:
             print(r.stderr[-4000:], flush=True)
             records.append({**env, "engine": engine, "error": r.stderr[-2000:]})
@@ -220,7 +203,7 @@ def main() -> int:
         rec["median_ms_per_microbatch"] = statistics.median(rec["ms_per_microbatch"])
         records.append(rec)
         extra = ""
-        if _is_latch(engine):
+        if engine == "latch":
             extra = (f"  variants {[(v['kernels'], v['copies']) for v in rec['variants']]}, "
                      f"expert state changed at microbatch "
                      f"{rec['expert_state_changed_at_microbatch']}")
@@ -228,11 +211,6 @@ def main() -> int:
               f" (16-cycle mean; cycles {[round(x, 2) for x in rec['ms_per_microbatch']]})"
               f"{extra}", flush=True)
     base = {r["engine"]: r.get("median_ms_per_microbatch") for r in records}
-    for r in records:
-        if r["engine"] != "latch" and _is_latch(r["engine"]) and base.get("latch") and \
-                r.get("median_ms_per_microbatch"):
-            r["time_vs_latch"] = r["median_ms_per_microbatch"] / base["latch"]
-            print(f"{r['engine']} / latch: {r['time_vs_latch']:.3f}x the time")
     for r in records:
         if r["engine"] == "latch" and r.get("median_ms_per_microbatch"):
             for other in ("torch-eager", "torch-compile-graph"):

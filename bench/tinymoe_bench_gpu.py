@@ -119,8 +119,7 @@ LATCH_ENGINES = {"latch": "", "latch-math": "-math", "latch-flash": "-flash",
 # runtime switches: ``latch-<switch>`` engines that run the same build as ``latch`` with
 # the runtime's environment changed (the A/B of a runtime step); combinable with
 # OFF_SWITCHES, e.g. ``latch-castsperstep-greedystreams``
-RUNTIME_SWITCHES = {"greedystreams": {"LATCH_STREAM_PLAN": "greedy"},
-                    "chainpriority": {"LATCH_PRIORITY": "chain"}}
+RUNTIME_SWITCHES = {"greedystreams": {"LATCH_STREAM_PLAN": "greedy"}}
 
 
 def latch_suffix(engine: str) -> str | None:

@@ -361,59 +361,31 @@ class Graph:
             self.graph = None
 
 
-def priority_range() -> tuple[int, int]:
-    """(least, greatest) launch priority of the current context (e.g. (0, -5): a lower
-    number is a higher priority)."""
-    least, greatest = call("cuCtxGetStreamPriorityRange")
-    return int(least), int(greatest)
-
-
 def launch(function, grid, block, shared_bytes: int, stream: Stream, params_address: int,
-           what: str, priority: int | None = None) -> None:
-    """One kernel launch on ``stream``; ``priority`` (see :func:`priority_range`): the
-    block scheduler starts its blocks before those of lower-priority kernels waiting for
-    the same SMs (captured into a graph as the kernel node's priority)."""
-    if priority is None:
-        call("cuLaunchKernel", function, int(grid[0]), int(grid[1]), int(grid[2]),
-             int(block[0]), int(block[1]), int(block[2]), int(shared_bytes), stream.handle,
-             int(params_address), 0, what=what)
-    else:
-        _launch_ex(function, grid, block, shared_bytes, stream, params_address, what,
-                   False, priority)
+           what: str) -> None:
+    call("cuLaunchKernel", function, int(grid[0]), int(grid[1]), int(grid[2]),
+         int(block[0]), int(block[1]), int(block[2]), int(shared_bytes), stream.handle,
+         int(params_address), 0, what=what)
 
 
 def launch_dependent(function, grid, block, shared_bytes: int, stream: Stream,
-                     params_address: int, what: str, priority: int | None = None) -> None:
+                     params_address: int, what: str) -> None:
     """``launch`` with programmatic stream serialization (Hopper's programmatic dependent
     launch): the kernel may start once every block of the kernel before it on ``stream``
     has executed ``griddepcontrol.launch_dependents``; it must itself begin with
     ``griddepcontrol.wait`` (latch-dependent-launches), which returns when that kernel has
     completed and its memory is visible.  Captured into a graph as a programmatic edge."""
-    _launch_ex(function, grid, block, shared_bytes, stream, params_address, what, True,
-               priority)
-
-
-def _launch_ex(function, grid, block, shared_bytes: int, stream: Stream, params_address: int,
-               what: str, dependent: bool, priority: int | None) -> None:
     d = driver()
     config = d.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = (int(g) for g in grid)
     config.blockDimX, config.blockDimY, config.blockDimZ = (int(b) for b in block)
     config.sharedMemBytes = int(shared_bytes)
     config.hStream = stream.handle
-    attrs = []
-    if dependent:
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        attrs.append(attr)
-    if priority is not None:
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY
-        attr.value.priority = int(priority)
-        attrs.append(attr)
-    config.attrs = attrs
-    config.numAttrs = len(attrs)
+    attr = d.CUlaunchAttribute()
+    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config.attrs = [attr]
+    config.numAttrs = 1
     call("cuLaunchKernelEx", config, function, int(params_address), 0, what=what)
 
 

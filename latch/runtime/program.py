@@ -145,10 +145,10 @@ class _Launch:
         self.grid, self.block = spec["grid"], spec["block"]
         self.shared = int(spec.get("shared_bytes", 0))
 
-    def enqueue(self, stream: drv.Stream, priority: int | None = None) -> None:
+    def enqueue(self, stream: drv.Stream) -> None:
         (drv.launch_dependent if self.dependent else drv.launch)(
             self.function, self.grid, self.block, self.shared, stream,
-            self.pointers.ctypes.data, self.what, priority)
+            self.pointers.ctypes.data, self.what)
 
 
 class CudaProgram:
@@ -197,12 +197,6 @@ class CudaProgram:
         # more streams of our own for the launches that may run concurrently (a variant's
         # stream plan: latch.runtime.streams); created once, used inside the CUDA graphs
         self.side_streams = [drv.Stream(dev) for _ in range(streams.streams_wanted() - 1)]
-        # LATCH_PRIORITY=chain: the launches on the program's stream — under the "chains"
-        # plan the update's longest chain of dependent launches — get the greatest priority,
-        # so that kernels of the other streams (optimizer steps, weight gradients) do not
-        # hold the SMs that the chain's next kernel waits for
-        self.chain_priority = drv.priority_range()[1] \
-            if streams.priority_wanted() == "chain" and self.side_streams else None
         # commit by swap (latch.runtime.commit): the states whose new value has an unshared
         # arena slot live either in their state buffer (parity 0) or in that slot (parity 1)
         self.swap = commit.Remap(commit.swap_slots(manifest))
@@ -519,7 +513,6 @@ class CudaProgram:
                 "dependent_launches": self.dependent_launches,
                 "streams": (f"{1 + len(self.side_streams)} ({streams.policy_wanted()})"
                             if self.variants[0].plan is not None else "1"),
-                "chain_priority": self.chain_priority,
                 "states": [(s["name"], s["shape"], s["dtype"]) for s in self.states_spec],
                 "inputs": [(s["shape"], s["dtype"]) for s in self.inputs_spec],
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
@@ -669,12 +662,11 @@ class _Variant:
         self.fork.record(main)
         for k in plan.used:
             on[k].wait(self.fork)
-        first = self.prog.chain_priority          # None: every launch at the default
         for i, launch in enumerate(launches):
             s = on[plan.stream[i]]
             for d in plan.waits[i]:
                 s.wait(self.events[d])
-            launch.enqueue(s, first if plan.stream[i] == 0 else None)
+            launch.enqueue(s)
             if plan.record[i]:
                 self.events[i].record(s)
         for t in plan.tails:

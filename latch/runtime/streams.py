@@ -49,19 +49,6 @@ def policy_wanted() -> str:
     return policy
 
 
-PRIORITIES = ("off", "chain")
-
-
-def priority_wanted() -> str:
-    """``LATCH_PRIORITY`` (default ``off``): ``chain`` gives the launches on stream 0 (the
-    longest chain, under the ``chains`` plan) the greatest launch priority."""
-    priority = os.environ.get("LATCH_PRIORITY", "off")
-    if priority not in PRIORITIES:
-        from latch.errors import LatchError
-        raise LatchError(f"LATCH_PRIORITY={priority!r}; expected one of {PRIORITIES}")
-    return priority
-
-
 @dataclasses.dataclass
 class StreamPlan:
     stream: list        # per launch: its stream (0: the program's stream)
