@@ -53,16 +53,20 @@ def recapture(prog) -> None:
     """Forget every variant's captured graphs: the next step records directly, the one
     after captures again."""
     for v in prog.variants:
-        for p, g in enumerate(v.graphs):
-            if g is not None:
-                g.destroy()
-            v.graphs[p] = None
-        v.uses = [0, 0]
+        for made in v.setups.values():
+            if made.graph is not None:
+                made.graph.destroy()
+            made.graph, made.uses = None, 0
 
 
 def all_launches(prog) -> list:
-    """Every kernel launch of every variant and parity of the program."""
-    return [la for v in prog.variants for launches in v.by_parity for la in launches]
+    """Every kernel launch of every variant of the program, in each placement of its
+    swapped states that a one-variant program meets (none or all of them in their new-value
+    slots: latch.runtime.commit), made now if not yet used."""
+    for v in prog.variants:
+        v.setup(frozenset())
+        v.setup(v.flips)
+    return [la for v in prog.variants for made in v.setups.values() for la in made.launches]
 
 
 def empty_kernel(prog):

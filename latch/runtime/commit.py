@@ -16,9 +16,13 @@ does after reading the guard flag (the state API reads it with the loss anyway);
 whose flag is cleared leaves the parity, so the live buffers are untouched, as before.
 
 A state commits by swap (:func:`swap_slots`) when its new value comes from an unshared arena
-slot of exactly its size that no other copy names; the program has one update variant (the
-every(N) variants would each need their own parities) and no collectives; and
-``LATCH_STATE_COMMIT`` is not ``copy``.  The other states keep the guarded copy.
+slot of exactly its size that no other copy names, the same slot in every update variant
+that writes it (an every(N) program: latch/targets/state_slots.py gives each state one); the
+program has no collectives; and ``LATCH_STATE_COMMIT`` is not ``copy``.  The other states
+keep the guarded copy.  With several variants the parity is per state: the runtime keeps
+the set of swapped states living in their new-value slot, and a committed step of a
+variant flips the states that variant writes (:func:`written_states`); each variant has
+launch tables and graphs per such set it meets (the selective updates meet four).
 """
 from __future__ import annotations
 
@@ -26,19 +30,10 @@ import bisect
 import os
 
 
-def swap_slots(manifest: dict) -> dict[int, tuple[int, int]]:
-    """{state index: (arena offset, bytes)} of the states that commit by swap (see the
-    module docstring); empty when the program cannot swap or ``LATCH_STATE_COMMIT=copy``."""
-    mode = os.environ.get("LATCH_STATE_COMMIT", "swap")
-    if mode not in ("swap", "copy"):
-        from latch.errors import LatchError
-        raise LatchError(f"LATCH_STATE_COMMIT={mode!r}; expected 'swap' or 'copy'")
-    if mode == "copy" or len(manifest.get("variants") or [None]) != 1 or \
-            manifest.get("collectives"):
-        return {}
-    planned = int(manifest.get("planned_arena_bytes", manifest.get("arena_bytes", 0)))
-    states = manifest["states"]
-    copies = manifest.get("copies", [])
+def new_value_slots(copies: list, states: list, planned: int) -> dict[int, tuple[int, int]]:
+    """{state: (arena offset, bytes)} of the states whose new value ``copies`` (one update
+    function's) copy from an unshared arena slot — at or after ``planned``, the end of the
+    planned arena — of exactly the state's size, named by no other copy."""
     named = {}                                  # arena offset -> how many copies name it
     for c in copies:
         if "arena" in c["src"]:
@@ -52,6 +47,35 @@ def swap_slots(manifest: dict) -> dict[int, tuple[int, int]]:
         k, a, n = int(dst["state"]), int(src["arena"]), int(c["bytes"])
         if a >= planned and named[a] == 1 and n == int(states[k]["bytes"]) and n > 0:
             slots[k] = (a, n)
+    return slots
+
+
+def swap_slots(manifest: dict) -> dict[int, tuple[int, int]]:
+    """{state index: (arena offset, bytes)} of the states that commit by swap (see the
+    module docstring); empty when the program cannot swap or ``LATCH_STATE_COMMIT=copy``.
+    With every(N) variants, a state swaps when the variants that write it into an unshared
+    slot all use the same one (latch/targets/state_slots.py gives each state one); a variant
+    that writes it from elsewhere (e.g. one zero buffer that resets several accumulators)
+    copies that value into the state's other buffer instead (:func:`copy_into_other`)."""
+    mode = os.environ.get("LATCH_STATE_COMMIT", "swap")
+    if mode not in ("swap", "copy"):
+        from latch.errors import LatchError
+        raise LatchError(f"LATCH_STATE_COMMIT={mode!r}; expected 'swap' or 'copy'")
+    variants = manifest.get("variants") or [manifest]
+    if mode == "copy" or manifest.get("collectives") or \
+            any(v.get("collectives") for v in variants):
+        return {}
+    states = manifest["states"]
+    slots: dict[int, tuple[int, int]] = {}
+    refused: set[int] = set()
+    for v in variants:
+        planned = int(v.get("planned_arena_bytes", manifest.get(
+            "planned_arena_bytes", manifest.get("arena_bytes", 0))))
+        found = new_value_slots(v.get("copies", []), states, planned)
+        for k, slot in found.items():
+            if slots.setdefault(k, slot) != slot:
+                refused.add(k)                  # two variants, two slots
+    slots = {k: slot for k, slot in slots.items() if k not in refused}
     ranges = sorted(slots.values())
     for (a0, n0), (a1, _) in zip(ranges, ranges[1:]):
         if a0 + n0 > a1:                        # overlapping slots: not unshared after all
@@ -59,25 +83,48 @@ def swap_slots(manifest: dict) -> dict[int, tuple[int, int]]:
     return slots
 
 
+def copy_into_other(copy: dict, slots: dict) -> dict | None:
+    """For a copy ``{"src", "dst": {"state": k}, "bytes"}`` of a swapped state ``k`` whose
+    source is not ``k``'s new-value slot: the location it must be copied to — that slot,
+    which a placement with ``k`` already in it maps to ``k``'s state buffer (the other
+    buffer either way; the commit then moves ``k`` as for a swap).  None when the copy is
+    not of that kind."""
+    k = copy["dst"].get("state")
+    if k is None or int(k) not in slots:
+        return None
+    a, _ = slots[int(k)]
+    src = copy["src"]
+    if set(src) == {"arena"} and int(src["arena"]) == a:
+        return None                     # written in place: a plain swap
+    return {"arena": a}
+
+
+def written_states(variant: dict) -> set[int]:
+    """The states an update variant (or a one-variant manifest) writes: its copies'."""
+    return {int(c["dst"]["state"]) for c in variant.get("copies", []) if "state" in c["dst"]}
+
+
 class Remap:
-    """The location that parity 1 uses for a location of the manifest (``remap(loc)``): a
-    byte of a swapped state's buffer becomes the same byte of its new-value slot, and the
-    reverse; anything else is kept."""
+    """The location a launch uses for a location of the manifest when the states in
+    ``swapped`` live in their new-value slots (``remap(loc, swapped)``; ``swapped`` None:
+    all of them, the one-variant program's parity 1): a byte of such a state's buffer
+    becomes the same byte of its new-value slot, and the reverse; anything else is kept."""
 
     def __init__(self, slots: dict[int, tuple[int, int]]):
         self.slots = dict(slots)
         self._by_offset = sorted((a, n, k) for k, (a, n) in self.slots.items())
         self._starts = [a for a, _, _ in self._by_offset]
 
-    def __call__(self, loc: dict) -> dict:
+    def __call__(self, loc: dict, swapped=None) -> dict:
         off = int(loc.get("byte_offset", 0))
-        if "state" in loc and int(loc["state"]) in self.slots:
+        if "state" in loc and int(loc["state"]) in self.slots and \
+                (swapped is None or int(loc["state"]) in swapped):
             return {"arena": self.slots[int(loc["state"])][0], "byte_offset": off}
         if "arena" in loc and self._starts:
             at = int(loc["arena"]) + off
             i = bisect.bisect_right(self._starts, at) - 1
             if i >= 0:
                 a, n, k = self._by_offset[i]
-                if at < a + n:
+                if at < a + n and (swapped is None or k in swapped):
                     return {"state": k, "byte_offset": at - a}
         return loc

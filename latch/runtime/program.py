@@ -26,8 +26,9 @@ fresh torch tensors.
 graph (:mod:`latch.runtime.guard`): a flag is set, the kernels run, one check kernel clears
 the flag if the loss or any new floating-point state value is NaN/inf, and the new state
 values (counters included) are committed only when the flag is set.  Commit is by swap
-where it can be (:mod:`latch.runtime.commit`: two graphs, each state's two buffers trading
-the roles of old and new value, the host flipping between them after reading the flag),
+where it can be (:mod:`latch.runtime.commit`: each state's two buffers trade the roles of
+old and new value, the host moving the states a committed step wrote after reading the flag;
+a graph per variant and placement of the swapped states — two for a one-variant program),
 else by one guarded copy kernel.  The state API (``step(state, *batch)``) reads the flag
 with the loss (one 16-byte device-to-host copy after the graph) and then counts
 ``state.skipped_steps`` ("skip") or raises :class:`latch.NonFiniteError` ("raise"); either
@@ -198,10 +199,12 @@ class CudaProgram:
         # stream plan: latch.runtime.streams); created once, used inside the CUDA graphs
         self.side_streams = [drv.Stream(dev) for _ in range(streams.streams_wanted() - 1)]
         # commit by swap (latch.runtime.commit): the states whose new value has an unshared
-        # arena slot live either in their state buffer (parity 0) or in that slot (parity 1)
+        # arena slot live either in their state buffer or in that slot: at_new holds those in
+        # the slot (a one-variant program: none or all of them, the parity)
         self.swap = commit.Remap(commit.swap_slots(manifest))
-        self.parity = 0
+        self.at_new: frozenset = frozenset()
         self._status_pending = False     # a swapping step ran; its flag is not read yet
+        self._pending_flips: frozenset = frozenset()   # what that step moves if committed
 
         # one update variant per outcome of the program's every(N) conditions (the
         # manifest's "variants"; a program without them has one): each its own launch list,
@@ -247,7 +250,8 @@ class CudaProgram:
 
     def _read_status(self) -> tuple[bool, float | None]:
         """(flag, loss) of the last step: one 16-byte device-to-host copy, then a sync.
-        After a step that commits by swap, a set flag flips the parity (the commit)."""
+        After a step that commits by swap, a set flag moves the states it wrote to their
+        other buffer (the commit)."""
         drv.memcpy_dtoh_async(self._host_status.data_ptr(), self.status_ptr, 16, self.stream,
                               "step status")
         self.stream.synchronize("step status")
@@ -265,7 +269,7 @@ class CudaProgram:
         if self._status_pending:
             self._status_pending = False
             if finite:
-                self.parity ^= 1
+                self.at_new = self.at_new ^ self._pending_flips
         return finite, loss
 
     def step_committed(self) -> bool:
@@ -292,14 +296,14 @@ class CudaProgram:
     # -- state --------------------------------------------------------------------------------
     def _settle(self) -> None:
         """Read the last step's flag if it committed by swap and is not read yet (so the
-        parity says where each state lives)."""
+        placement says where each state lives)."""
         if self._status_pending:
             self._read_status()
 
     def live_pointer(self, k: int) -> int:
         """The device address of state ``k``'s live value."""
         self._settle()
-        if self.parity and k in self.swap.slots:
+        if k in self.at_new:
             return self.arena.ptr + self.swap.slots[k][0]
         return self.state_buffers[k].ptr
 
@@ -313,7 +317,7 @@ class CudaProgram:
 
     def _live_view(self, k: int):
         b = self.state_buffers[k]
-        if self.parity and k in self.swap.slots:
+        if k in self.at_new:
             return _view_at(self.arena, self.swap.slots[k][0], b.spec)
         return b.view()
 
@@ -464,8 +468,10 @@ class CudaProgram:
             if t.data_ptr() != buf.ptr:
                 drv.memcpy_dtod(buf.ptr, t.data_ptr(), buf.nbytes, self.stream, buf.label)
             t.record_stream(self.torch_stream)
-        self._variant().run(self.stream, self.use_graph, self.timings, self.parity)
-        self._status_pending = bool(self.swap.slots)
+        variant = self._variant()
+        variant.run(self.stream, self.use_graph, self.timings, self.at_new)
+        self._pending_flips = variant.flips
+        self._status_pending = bool(variant.flips)
         outs = []
         for buf in self.output_buffers:   # allocated on the caller's stream, written on ours
             o = torch.empty(tuple(buf.spec["shape"]), dtype=torch_dtype(buf.spec["dtype"]),
@@ -485,8 +491,8 @@ class CudaProgram:
     @property
     def graph_captured(self) -> bool:
         """Whether every variant used so far runs as a captured CUDA graph."""
-        used = [(v, p) for v in self.variants for p in (0, 1) if v.uses[p]]
-        return bool(used) and all(v.graphs[p] is not None for v, p in used)
+        used = [m for v in self.variants for m in v.setups.values() if m.uses]
+        return bool(used) and all(m.graph is not None for m in used)
 
     def _variant(self) -> "_Variant":
         """The variant whose every(N) conditions hold at the start of this step: reads the
@@ -518,8 +524,9 @@ class CudaProgram:
                 "outputs": [(s["shape"], s["dtype"]) for s in self.outputs_spec],
                 "use_graph": self.use_graph, "collectives": self.collectives.describe(),
                 "variants": [{"when": v.when, "kernels": len(v.launches),
-                              "copies": len(v.guard_copies), "uses": sum(v.uses),
-                              "graph_captured": any(g is not None for g in v.graphs)}
+                              "copies": len(v.guard_copies), "uses": v.uses,
+                              "placements": len(v.setups),
+                              "graph_captured": v.graph_captured()}
                              for v in self.variants]}
 
     def close(self) -> None:
@@ -544,37 +551,46 @@ class CudaProgram:
             self.stream.destroy()
 
 
+class _Setup:
+    """What one variant launches for one placement of the swapped states: its kernel
+    launches, output copies and non-finite guard (tables and launches), and — after its
+    second use — its CUDA graph."""
+
+    def __init__(self, launches: list, copies: list):
+        self.launches = launches
+        self.copies = copies            # [(src, dst, bytes)]: outputs the step copies
+        self.guard_launches: list = []  # [check launch or None, copy launch or None]
+        self.graph: drv.Graph | None = None
+        self.uses = 0
+
+
 class _Variant:
     """One update variant of a program: its launch list, output copies, non-finite guard
     tables, collectives and (after its second use) CUDA graph.  A program that commits by
-    swap (latch.runtime.commit) has all of these twice, per parity: parity 1's pointers are
-    parity 0's with each swapped state's two buffers exchanged."""
+    swap (latch.runtime.commit) has all of these once per placement of the swapped states it
+    meets (``at_new``: the states living in their new-value slot; a one-variant program
+    meets two, none and all of them), made at first use: the pointers of a placement are
+    those of the empty one with each such state's two buffers exchanged.  ``flips``: the
+    swapped states this variant writes (its committed step moves each to its other
+    buffer)."""
 
     def __init__(self, prog: "CudaProgram", spec: dict, process_group=None):
         self.prog = prog
+        self.spec = spec
         self.when = list(spec.get("when", []))
-        parities = (0, 1) if prog.swap.slots else (0,)
-        resolvers = [prog._resolve, lambda loc: prog._resolve(prog.swap(loc))]
-        self.by_parity = [make_launches(spec["launches"], prog.modules, resolvers[p],
-                                        prog.dependent_launches)
-                          for p in parities]
-        self.launches = self.by_parity[0]
-        self.copies = [[(r(c["src"]), r(c["dst"]), int(c["bytes"]))
-                        for c in spec.get("copies", []) if "state" not in c["dst"]]
-                       for r in resolvers[:len(parities)]]
+        self.flips = frozenset(k for k in commit.written_states(spec) if k in prog.swap.slots)
         # the flag the guard clears: the compiler's (latch-nonfinite-checks; its kernels
         # clear it as they store the new state) or the program's status word
         flag = spec.get("nonfinite_flag", prog.manifest.get("nonfinite_flag")
                         if len(prog.manifest.get("variants") or [None]) == 1 else None)
         self.flag_ptr = prog._resolve(flag) if flag else prog.flag_ptr
-        self.tables, self._guard_launches = [], []
-        for r in resolvers[:len(parities)]:
-            self._setup_guard({**prog.manifest, "copies": spec.get("copies", [])}, r)
+        self.tables: list = []
+        self.setups: dict[frozenset, _Setup] = {}
+        first = self.setup(frozenset())
+        self.launches = first.launches
         self.collectives = Collectives(spec.get("collectives", []), prog._resolve,
                                        prog.arena, prog.torch_device, prog.torch_stream,
                                        process_group)
-        self.graphs: list[drv.Graph | None] = [None, None]
-        self.uses = [0, 0]
         # the streams the launches go on: the launch list in order on the program's stream,
         # or spread over its side streams by their dependencies (the manifest's "after")
         after = [la.get("after") for la in spec["launches"]]
@@ -587,17 +603,51 @@ class _Variant:
                            for i, r in enumerate(self.plan.record) if r}
             self.fork = drv.Event(timing=False)
 
-    def _setup_guard(self, manifest: dict, resolve) -> None:
-        """Tables of the check and guarded-copy kernels of one parity: every new state value
-        this variant writes (checked when floating-point; copied unless it commits by swap)
-        and the loss (output 0)."""
+    @property
+    def guard_checks(self) -> list:
+        return self._checks
+
+    @property
+    def guard_copies(self) -> list:
+        return self._copies
+
+    def setup(self, at_new: frozenset) -> _Setup:
+        """The launches, copies and guard for the placement ``at_new`` (made at first use)."""
+        found = self.setups.get(at_new)
+        if found is not None:
+            return found
+        prog, spec = self.prog, self.spec
+        if at_new:
+            def resolve(loc):
+                return prog._resolve(prog.swap(loc, at_new))
+        else:
+            resolve = prog._resolve
+        made = _Setup(make_launches(spec["launches"], prog.modules, resolve,
+                                    prog.dependent_launches),
+                      [(resolve(c["src"]), resolve(c["dst"]), int(c["bytes"]))
+                       for c in spec.get("copies", []) if "state" not in c["dst"]])
+        self._setup_guard(made, {**prog.manifest, "copies": spec.get("copies", [])}, resolve)
+        self.setups[at_new] = made
+        return made
+
+    def _setup_guard(self, made: _Setup, manifest: dict, resolve) -> None:
+        """Tables of the check and guarded-copy kernels of one placement: every new state
+        value this variant writes (checked when floating-point; copied unless it commits by
+        swap) and the loss (output 0)."""
         prog = self.prog
         checks, copies, _ = guard.plan(manifest)
         checks = [(resolve(loc), dtype, n) for loc, dtype, n in checks]
-        copies = [(resolve(src), resolve(dst), n) for src, dst, n in copies
-                  if int(dst["state"]) not in prog.swap.slots]
+        guarded = []
+        for src, dst, n in copies:
+            if int(dst["state"]) not in prog.swap.slots:     # commits by copy
+                guarded.append((resolve(src), resolve(dst), n))
+                continue
+            other = commit.copy_into_other({"src": src, "dst": dst}, prog.swap.slots)
+            if other is not None:       # a swapped state this variant writes from elsewhere
+                guarded.append((resolve(src), resolve(other), n))
+        copies = guarded
         if not self.tables:
-            self.guard_checks, self.guard_copies = checks, copies
+            self._checks, self._copies = checks, copies
         ct, cp = guard.check_table(checks), guard.copy_table(copies)
         off_copies = ((ct.nbytes + 255) // 256) * 256
         self.tables.append(prog.device.alloc(off_copies + cp.nbytes,
@@ -606,36 +656,35 @@ class _Variant:
         drv.memcpy_htod(tp, ct.ctypes.data, ct.nbytes, "guard check table")
         drv.memcpy_htod(tp + off_copies, cp.ctypes.data, cp.nbytes, "guard copy table")
         module = prog.guard_module
-        launches = []
-        self._guard_launches.append(launches)
         for fn, table, n, per in ((module.function("latch_check_finite"), tp,
                                    len(checks), [e[2] for e in checks]),
                                   (module.function("latch_guarded_copy"), tp + off_copies,
                                    len(copies), [-(-e[2] // 16) if not (e[0] | e[1] | e[2]) % 16
                                                  else e[2] for e in copies])):
             if not n:
-                launches.append(None)
+                made.guard_launches.append(None)
                 continue
             args = np.array([table, self.flag_ptr], dtype=np.uint64)
             ptrs = np.array([args.ctypes.data, args.ctypes.data + 8], dtype=np.uint64)
-            launches.append((fn, (guard.grid_x(max(per)), n, 1),
-                                         (guard.BLOCK, 1, 1), args, ptrs))
+            made.guard_launches.append((fn, (guard.grid_x(max(per)), n, 1),
+                                        (guard.BLOCK, 1, 1), args, ptrs))
 
-    def _enqueue_guard(self, which: int, parity: int) -> None:
-        g = self._guard_launches[parity][which]
+    def _enqueue_guard(self, made: _Setup, which: int) -> None:
+        g = made.guard_launches[which]
         if g is not None:
             fn, grid, block, _args, ptrs = g
             drv.launch(fn, grid, block, 0, self.prog.stream, ptrs.ctypes.data,
                        ("latch_check_finite", "latch_guarded_copy")[which])
 
-    def record(self, parity: int = 0) -> None:
+    def record(self, at_new: frozenset = frozenset()) -> None:
         """Enqueue the whole update on the stream: set the flag, the kernels (and the
         collectives between them), check the new state values and the loss (may clear the
         flag), copy the outputs (and the loss next to the flag), copy the new state values
         that do not commit by swap into the state buffers if the flag is set."""
         prog, stream = self.prog, self.prog.stream
+        made = self.setup(at_new)
         drv.memset_d32(self.flag_ptr, 1, 1, stream, "non-finite flag")
-        launches = self.by_parity[parity]
+        launches = made.launches
         if self.plan is not None:
             self._enqueue_planned(launches)
         else:
@@ -643,13 +692,13 @@ class _Variant:
                 self.collectives.before_launch(i)      # data-parallel: start / wait for buckets
                 launch.enqueue(stream)
         self.collectives.before_launch(len(launches))
-        self._enqueue_guard(0, parity)
-        for src, dst, n in self.copies[parity]:
+        self._enqueue_guard(made, 0)
+        for src, dst, n in made.copies:
             drv.memcpy_dtod(dst, src, n, stream, "output")
         if prog._loss_status:
             drv.memcpy_dtod(prog.status_ptr + 8, prog.output_buffers[0].ptr,
                             prog.output_buffers[0].nbytes, stream, "loss status")
-        self._enqueue_guard(1, parity)
+        self._enqueue_guard(made, 1)
         if self.flag_ptr != prog.status_ptr:       # the compiler's flag -> the status word
             drv.memcpy_dtod(prog.status_ptr, self.flag_ptr, 4, stream, "non-finite flag")
 
@@ -672,26 +721,35 @@ class _Variant:
         for t in plan.tails:
             main.wait(self.events[t])
 
-    def run(self, stream, use_graph: bool, timings: dict, parity: int = 0) -> None:
-        """The first use (of a parity) launches every kernel directly; the second records
+    def run(self, stream, use_graph: bool, timings: dict,
+            at_new: frozenset = frozenset()) -> None:
+        """The first use (of a placement) launches every kernel directly; the second records
         them into a CUDA graph; later uses replay it."""
-        if self.graphs[parity] is not None:
-            self.graphs[parity].launch(stream)
-        elif self.uses[parity] == 0 or not use_graph:
-            self.record(parity)
+        made = self.setup(at_new)
+        if made.graph is not None:
+            made.graph.launch(stream)
+        elif made.uses == 0 or not use_graph:
+            self.record(at_new)
         else:
             t0 = time.perf_counter()
-            self.graphs[parity] = drv.Graph.capture(stream, lambda: self.record(parity))
+            made.graph = drv.Graph.capture(stream, lambda: self.record(at_new))
             timings["graph_capture_s"] = timings.get("graph_capture_s", 0.0) + \
                 time.perf_counter() - t0
-            self.graphs[parity].launch(stream)
-        self.uses[parity] += 1
+            made.graph.launch(stream)
+        made.uses += 1
+
+    @property
+    def uses(self) -> int:
+        return sum(m.uses for m in self.setups.values())
+
+    def graph_captured(self) -> bool:
+        return any(m.graph is not None for m in self.setups.values())
 
     def close(self) -> None:
-        for p, g in enumerate(self.graphs):
-            if g is not None:
-                g.destroy()
-                self.graphs[p] = None
+        for made in self.setups.values():
+            if made.graph is not None:
+                made.graph.destroy()
+                made.graph = None
         for t in self.tables:
             t.free()
         self.tables = []

@@ -262,7 +262,10 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAU
     _share_identical_kernels(kernels_ir, schedules)
     if found:
         # the update variants share states, inputs, outputs, modules and the arena (the
-        # largest plan); the manifest's own launch list is the first variant's
+        # largest plan), and each state's new-value slot (commit by swap across variants);
+        # the manifest's own launch list is the first variant's
+        from latch.targets.state_slots import share_state_slots
+        share_state_slots(schedules)
         schedule["variants"] = [
             {"entry": sch["entry"], "when": when, "arena_bytes": sch["arena_bytes"],
              "planned_arena_bytes": sch["planned_arena_bytes"], "launches": sch["launches"],

@@ -57,6 +57,36 @@ def test_the_steps_between_updates_do_not_touch_the_inner_rules_state(every_prog
     assert "update variant 1 ((state" in every_program.report()
 
 
+def test_every_state_commits_by_swap_in_one_slot_across_the_variants(every_program):
+    """Each state a variant writes has one new-value slot, the same in both variants
+    (latch/targets/state_slots.py), after every planned arena and apart from every other
+    unshared buffer of either variant: so every state commits by swap
+    (latch/runtime/commit.py), the step without the inner update flipping only the states
+    it writes."""
+    from latch.runtime import commit
+    m = every_program.manifest
+    v0, v1 = m["variants"]
+    slots = commit.swap_slots(m)
+    written = commit.written_states(v0) | commit.written_states(v1)
+    assert set(slots) == written
+    for v in (v0, v1):
+        for c in v["copies"]:
+            if "state" in c["dst"]:
+                assert (c["src"]["arena"], c["bytes"]) == slots[c["dst"]["state"]]
+    first = min(a for a, _ in slots.values())
+    last = max(a + n for a, n in slots.values())
+    assert first >= max(v["planned_arena_bytes"] for v in (v0, v1))
+    for v in (v0, v1):
+        mine = {a for k, (a, _) in slots.items() if k in commit.written_states(v)}
+        for la in v["launches"]:
+            for arg in la["args"]:
+                a = arg.get("arena")
+                if a is not None and first <= a < last:   # only this variant's own slots
+                    assert any(s <= a < s + slots[k][1] for k, (s, _) in slots.items()
+                               if s in mine), (la["module"], a)
+    assert commit.written_states(v1) > commit.written_states(v0)
+
+
 def test_a_program_without_every_has_no_variants():
     from models import make_mlp
 
