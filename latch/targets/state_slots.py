@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import bisect
 
-ALIGNMENT = 256
+from latch.passes.extract_launches import ALIGNMENT
 
 
 def _align(x: int) -> int:
+    """Rounded up to the schedule's buffer alignment (as extract_launches places them)."""
     return -(-x // ALIGNMENT) * ALIGNMENT
 
 
