@@ -33,18 +33,25 @@ def mlir_tensor_type(shape, dtype) -> str:
 
 
 class _Timer:
+    """Seconds per stage (``with timer("trace"): ...``), each stage reported by
+    latch.progress."""
+
     def __init__(self):
         self.times: dict[str, float] = {}
 
     def __call__(self, stage):
+        from latch import progress
         timer = self
 
         class _Ctx:
             def __enter__(self):
+                self.shown = progress.stage(stage)
+                self.shown.__enter__()
                 self.t0 = time.perf_counter()
 
             def __exit__(self, *exc):
                 timer.times[stage] = timer.times.get(stage, 0.0) + time.perf_counter() - self.t0
+                self.shown.__exit__(*exc)
         return _Ctx()
 
 
@@ -83,6 +90,7 @@ def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "
     # the traces (key and build) see it; "fused" makes its ops only for a target that lowers
     # them (cuda), elsewhere it traces as "flash"; a repeat is unrolled in the traces where
     # the option says so
+    from latch import progress
     with attention_rounding(traced_mode(options.attention_mode, options.target)), \
-            repeats_unrolled(options.repeat_mode == "unroll"):
+            repeats_unrolled(options.repeat_mode == "unroll"), progress.compiling():
         return cached_compile(model, rule, inputs, options, build)

@@ -7,7 +7,6 @@ per-stage compile times, the memory plan and the IR hash.
 from __future__ import annotations
 
 import hashlib
-import time
 
 import numpy as np
 import torch
@@ -67,9 +66,8 @@ def build_program(model, rule, inputs, options: CompileOptions) -> "Program":
         "ops": {"before_lowering": counts_in},
         "ir_sha256": hashlib.sha256(lowered.encode()).hexdigest(),
     }
-    t0 = time.perf_counter()
-    program = Program(manifest, lowered)
-    timer.times["buffers+llvm+jit"] = time.perf_counter() - t0
+    with timer("buffers+llvm+jit"):
+        program = Program(manifest, lowered)
     manifest["compile_seconds"] = {k: round(v, 4) for k, v in timer.times.items()}
     return program
 

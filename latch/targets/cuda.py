@@ -286,12 +286,14 @@ def compile_update_module(module, *, entry: str | None = None, chip: str = DEFAU
 
 
 def _timed(times: dict, name: str, fn, *args):
-    """``fn(*args)``, its seconds added to ``times[name]``."""
+    """``fn(*args)``, its seconds added to ``times[name]`` (and reported by latch.progress)."""
     import time
 
-    t0 = time.perf_counter()
-    out = fn(*args)
-    times[name] = times.get(name, 0.0) + time.perf_counter() - t0
+    from latch import progress
+    with progress.stage(name):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        times[name] = times.get(name, 0.0) + time.perf_counter() - t0
     return out
 
 
