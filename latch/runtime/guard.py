@@ -14,8 +14,9 @@ are committed into the state buffers:
 4. the outputs (the loss) are copied unconditionally;
 5. ``latch_guarded_copy(copy_table, flag)``: one launch; block row ``y`` copies entry ``y``
    (src, dst, bytes) only when the flag is still set (the states that do not commit by
-   swap, :mod:`latch.runtime.commit`; a swapping state is committed by the host flipping
-   the parity after it reads the flag).  So the graph is static, and a step
+   swap, :mod:`latch.runtime.commit`, and a swapping state that this variant writes from
+   elsewhere, into its other buffer; a swapping state is committed by the host moving it to
+   its other buffer after it reads the flag).  So the graph is static, and a step
    whose loss or new state is non-finite leaves every state buffer, the step counter
    included, bitwise unchanged.
 
