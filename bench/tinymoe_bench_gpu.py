@@ -383,7 +383,11 @@ def main() -> int:
     t_start = time.perf_counter()
     env = {"gpu": torch.cuda.get_device_name(0), "driver": drv.driver_version(),
            "torch": torch.__version__, "commit": os.environ.get("LATCH_COMMIT", "unknown"),
-           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           # the runtime's switches set for the whole run (an engine's RUNTIME_SWITCHES
+           # come on top, for that engine only)
+           "runtime_env": {k: v for k, v in sorted(os.environ.items())
+                           if k.startswith("LATCH_") and k != "LATCH_COMMIT"}}
     print(json.dumps(env), flush=True)
     ceilings = measure_ceilings()
     torch.cuda.empty_cache()
