@@ -43,13 +43,45 @@ def users(alloc) -> list:
 def last_writer(buffer, op):
     """The all-parallel ``linalg.generic`` that last wrote the whole allocation ``buffer``
     views, before ``op`` in the same block; None if another op may have written it since
-    (or if that is not known)."""
+    (or if that is not known).
+
+    Only an op that refers to the allocation (directly, through views, or in an op nested
+    in it) may write it (:func:`may_write`), so the walk back visits just the ops of the
+    block that hold a use of it, latest first (``is_before_in_block``), not every op before
+    ``op`` (asked for each of a TinyMoE update's ~700 products and row reductions, the full
+    walk was most of ``latch-form-kernels``' time)."""
+    import functools
+
     base = root(buffer)
     if not _writers_known(base):
         return None
-    ops = [_op(o) for o in op.operation.block.operations]
-    here = next(i for i, o in enumerate(ops) if o == op)
-    return _writer_among(base, reversed(ops[:here]))[1]
+    op = _op(op)
+    parent = _op(op.parent) if op.parent is not None else None
+    holders = []
+    for user in users(base):
+        holder = _ancestor_under(user, parent)
+        if holder is not None and holder != op and holder.operation.is_before_in_block(
+                op.operation) and all(holder != h for h in holders):
+            holders.append(holder)
+
+    def later_first(a, b):
+        return -1 if b.operation.is_before_in_block(a.operation) else 1
+    holders.sort(key=functools.cmp_to_key(later_first))
+    return _writer_among(base, holders)[1]
+
+
+def _ancestor_under(o, parent):
+    """The ancestor of op ``o`` (or ``o`` itself) whose parent op is ``parent``; None when
+    ``o`` is not nested in ``parent``."""
+    o = _op(o)
+    while True:
+        p = o.parent
+        if p is None:
+            return None
+        p = _op(p)
+        if parent is not None and p == parent:
+            return o
+        o = p
 
 
 class LastWriters:
