@@ -59,7 +59,7 @@ def last_writer(buffer, op):
     parent = _op(op.parent) if op.parent is not None else None
     holders = []
     for user in users(base):
-        holder = _ancestor_under(user, parent)
+        holder = holder_under(user, parent)
         if holder is not None and holder != op and holder.operation.is_before_in_block(
                 op.operation) and all(holder != h for h in holders):
             holders.append(holder)
@@ -70,9 +70,9 @@ def last_writer(buffer, op):
     return _writer_among(base, holders)[1]
 
 
-def _ancestor_under(o, parent):
-    """The ancestor of op ``o`` (or ``o`` itself) whose parent op is ``parent``; None when
-    ``o`` is not nested in ``parent``."""
+def holder_under(o, parent):
+    """The op directly in ``parent``'s body that is ``o`` or holds it (nested at any depth);
+    None when ``o`` is not nested in ``parent``."""
     o = _op(o)
     while True:
         p = o.parent

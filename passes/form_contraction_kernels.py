@@ -70,8 +70,8 @@ import math
 
 from latch.passes.base import ModulePass, element_bits, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
-from latch.passes.buffer_views import (VIEW_OPS, arena_span, last_writer, root,
-                                       slots_overlap, users)
+from latch.passes.buffer_views import (VIEW_OPS, arena_span, holder_under, last_writer,
+                                       root, slots_overlap, users)
 from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation, \
     used_only_rounded_to_bf16
 from latch.passes import fixed_point_scatter as fixed_point
@@ -368,11 +368,14 @@ def _narrowing_reader(con: Contraction, check_slots: bool = True):
     base = root(c)
     if hasattr(base.owner, "arguments"):
         return None
-    ops = [_op(o) for o in op.operation.block.operations]
-    at = next(i for i, o in enumerate(ops) if o == op)
-    later = [u for u in users(base) if _position(u, ops) > at]    # what comes after it
+    here = _op(op)
+    parent = _op(here.parent) if here.parent is not None else None
+    later = [u for u in users(base) if (h := holder_under(u, parent)) is not None and
+             here.is_before_in_block(h)]                     # what comes after it
     if len(later) != 1 or later[0].name != "linalg.generic":
         return None
+    ops = [_op(o) for o in op.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == op)
     g = later[0]
     if len(g.operands) != 2 or g.operands[0] != c or g.results:
         return None
@@ -580,14 +583,12 @@ def writes_zero(generic) -> bool:
 def _reads_between(first, last, base) -> bool:
     """Whether an op strictly between ``first`` and ``last`` (one block), or one nested in
     such an op, uses the allocation ``base`` other than by making a view of it."""
-    block = last.operation.block
-    ops = [_op(o) for o in block.operations]
-    between = ops[next(i for i, o in enumerate(ops) if o == first) + 1:
-                  next(i for i, o in enumerate(ops) if o == last)]
+    first, last = _op(first), _op(last)
+    parent = _op(last.parent) if last.parent is not None else None
     for user in users(base):
-        while user.parent is not None and user.block != block:
-            user = _op(user.parent)                  # the op of ``block`` holding it
-        if any(user == o for o in between):
+        holder = holder_under(user, parent)          # the op of the block holding it
+        if holder is not None and first.is_before_in_block(holder) and \
+                holder.is_before_in_block(last):
             return True
     return False
 
