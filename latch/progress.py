@@ -16,7 +16,6 @@ one says what it is doing —; ``1`` prints every stage; ``0`` nothing.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 
@@ -28,11 +27,8 @@ _started: float | None = None       # when the current compile began (None: no c
 
 
 def mode() -> str:
-    value = os.environ.get("LATCH_PROGRESS", "auto")
-    if value not in MODES:
-        from latch.errors import LatchError
-        raise LatchError(f"LATCH_PROGRESS={value!r}; expected one of {MODES}")
-    return value
+    from latch.runtime.env import choice
+    return choice("LATCH_PROGRESS", "auto", MODES)
 
 
 @contextlib.contextmanager

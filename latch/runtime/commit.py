@@ -27,7 +27,6 @@ launch tables and graphs per such set it meets (the selective updates meet four)
 from __future__ import annotations
 
 import bisect
-import os
 
 
 def new_value_slots(copies: list, states: list, planned: int) -> dict[int, tuple[int, int]]:
@@ -57,10 +56,8 @@ def swap_slots(manifest: dict) -> dict[int, tuple[int, int]]:
     slot all use the same one (latch/targets/state_slots.py gives each state one); a variant
     that writes it from elsewhere (e.g. one zero buffer that resets several accumulators)
     copies that value into the state's other buffer instead (:func:`copy_into_other`)."""
-    mode = os.environ.get("LATCH_STATE_COMMIT", "swap")
-    if mode not in ("swap", "copy"):
-        from latch.errors import LatchError
-        raise LatchError(f"LATCH_STATE_COMMIT={mode!r}; expected 'swap' or 'copy'")
+    from latch.runtime.env import choice
+    mode = choice("LATCH_STATE_COMMIT", "swap", ("swap", "copy"))
     variants = manifest.get("variants") or [manifest]
     if mode == "copy" or manifest.get("collectives") or \
             any(v.get("collectives") for v in variants):

@@ -42,11 +42,8 @@ def streams_wanted() -> int:
 
 def policy_wanted() -> str:
     """``LATCH_STREAM_PLAN`` (default ``chains``)."""
-    policy = os.environ.get("LATCH_STREAM_PLAN", "chains")
-    if policy not in POLICIES:
-        from latch.errors import LatchError
-        raise LatchError(f"LATCH_STREAM_PLAN={policy!r}; expected one of {POLICIES}")
-    return policy
+    from latch.runtime.env import choice
+    return choice("LATCH_STREAM_PLAN", "chains", POLICIES)
 
 
 @dataclasses.dataclass

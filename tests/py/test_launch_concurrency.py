@@ -215,3 +215,15 @@ def test_graph_tools_empty_kernel_and_arguments(capsys):
     assert ".entry latch_empty()" in ptx and ".target sm_90a" in ptx
     assert [line.strip() for line in body.splitlines() if line.strip() not in ("{", "}")] == [
         "griddepcontrol.launch_dependents;", "griddepcontrol.wait;", "ret;"]
+
+
+def test_a_misspelt_stream_plan_is_named(monkeypatch):
+    """latch.runtime.env.choice: a LATCH_ switch outside its words fails naming it."""
+    from latch.errors import LatchError
+    from latch.runtime import streams
+    monkeypatch.setenv("LATCH_STREAM_PLAN", "chain")
+    with pytest.raises(LatchError, match=r"LATCH_STREAM_PLAN='chain'; expected one of "
+                                         r"\('chains', 'greedy'\)"):
+        streams.policy_wanted()
+    monkeypatch.delenv("LATCH_STREAM_PLAN")
+    assert streams.policy_wanted() == "chains"
