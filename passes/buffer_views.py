@@ -56,21 +56,33 @@ def last_writer(buffer, op):
     if not _writers_known(base):
         return None
     op = _op(op)
-    parent = _op(op.parent) if op.parent is not None else None
     holders = []
-    for user in users(base):
-        holder = holder_under(user, parent)
-        if holder is not None and holder != op and holder.operation.is_before_in_block(
-                op.operation) and all(holder != h for h in holders):
+    for _, holder in held_users(base, op):
+        if holder.is_before_in_block(op) and all(holder != h for h in holders):
             holders.append(holder)
 
     def later_first(a, b):
-        return -1 if b.operation.is_before_in_block(a.operation) else 1
+        return -1 if b.is_before_in_block(a) else 1
     holders.sort(key=functools.cmp_to_key(later_first))
     return _writer_among(base, holders)[1]
 
 
-def holder_under(o, parent):
+def held_users(alloc, op) -> list:
+    """[(user, holder)] for each user of the allocation ``alloc`` (:func:`users`) that is an
+    op of ``op``'s block or nested in one, ``holder`` being that op of the block: whether a
+    use comes before or after ``op`` is then ``is_before_in_block`` on the holders, without
+    listing the block."""
+    op = _op(op)
+    parent = _op(op.parent) if op.parent is not None else None
+    found = []
+    for user in users(alloc):
+        holder = _holder_under(user, parent)
+        if holder is not None:
+            found.append((user, holder))
+    return found
+
+
+def _holder_under(o, parent):
     """The op directly in ``parent``'s body that is ``o`` or holds it (nested at any depth);
     None when ``o`` is not nested in ``parent``."""
     o = _op(o)

@@ -70,8 +70,8 @@ import math
 
 from latch.passes.base import ModulePass, element_bits, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
-from latch.passes.buffer_views import (VIEW_OPS, arena_span, holder_under, last_writer,
-                                       root, slots_overlap, users)
+from latch.passes.buffer_views import (VIEW_OPS, arena_span, held_users, last_writer, root,
+                                       slots_overlap, users)
 from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation, \
     used_only_rounded_to_bf16
 from latch.passes import fixed_point_scatter as fixed_point
@@ -369,9 +369,7 @@ def _narrowing_reader(con: Contraction, check_slots: bool = True):
     if hasattr(base.owner, "arguments"):
         return None
     here = _op(op)
-    parent = _op(here.parent) if here.parent is not None else None
-    later = [u for u in users(base) if (h := holder_under(u, parent)) is not None and
-             here.is_before_in_block(h)]                     # what comes after it
+    later = [u for u, h in held_users(base, here) if here.is_before_in_block(h)]
     if len(later) != 1 or later[0].name != "linalg.generic":
         return None
     ops = [_op(o) for o in op.operation.block.operations]
@@ -431,26 +429,25 @@ def _rounding_readers(con: Contraction):
             not ir.MemRefType(c.type).has_static_shape or \
             not isinstance(ir.MemRefType(c.type).element_type, ir.F32Type):
         return None
-    op = con.op
-    ops = [_op(o) for o in op.operation.block.operations]
-    at = next(i for i, o in enumerate(ops) if o == op)
-    later = [u for u in users(c) if _position(u, ops) > at]
+    op = _op(con.op)
     readers = []
-    for g in later:
-        reader = _rounding_reader(g, c, ops)
+    for g, holder in held_users(c, op):
+        if not op.is_before_in_block(holder):
+            continue                 # before the product
+        reader = _rounding_reader(g, c, holder == g)
         if reader is None:
             return None
         readers.append(reader)
     return readers or None
 
 
-def _rounding_reader(g, c, ops):
-    """(g, operand number) when the ``linalg.generic`` ``g`` of ``ops`` (one block) is
-    all-parallel, writes no result, reads ``c`` as exactly one input and uses that input
-    only through ``arith.truncf`` to bf16; None otherwise."""
+def _rounding_reader(g, c, in_block: bool):
+    """(g, operand number) when the ``linalg.generic`` ``g``, an op of the product's block
+    (``in_block``), is all-parallel, writes no result, reads ``c`` as exactly one input and
+    uses that input only through ``arith.truncf`` to bf16; None otherwise."""
     from mlir import ir
 
-    if g.name != "linalg.generic" or g.results or g not in ops or \
+    if g.name != "linalg.generic" or g.results or not in_block or \
             any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
         return None                  # not elementwise in this block (a contraction's body
                                      # may already be analyzed: leave it as it is)
@@ -487,18 +484,6 @@ def _round_in_place(con: Contraction, readers):
             t.results[0].replace_all_uses_with(arg)
             t.erase()
     return rounded
-
-
-def _position(op, ops) -> int:
-    """Index in ``ops`` (a block's ops) of ``op`` or of the op of that block it is nested in."""
-    while True:
-        for i, o in enumerate(ops):
-            if o == op:
-                return i
-        parent = op.parent
-        if parent is None:
-            return -1
-        op = _op(parent)
 
 
 def _hoist_between(op, later) -> None:
@@ -584,13 +569,8 @@ def _reads_between(first, last, base) -> bool:
     """Whether an op strictly between ``first`` and ``last`` (one block), or one nested in
     such an op, uses the allocation ``base`` other than by making a view of it."""
     first, last = _op(first), _op(last)
-    parent = _op(last.parent) if last.parent is not None else None
-    for user in users(base):
-        holder = holder_under(user, parent)          # the op of the block holding it
-        if holder is not None and first.is_before_in_block(holder) and \
-                holder.is_before_in_block(last):
-            return True
-    return False
+    return any(first.is_before_in_block(h) and h.is_before_in_block(last)
+               for _, h in held_users(base, last))
 
 
 def _is_indicator(value, op, inputs) -> bool:

@@ -41,8 +41,9 @@ import math
 
 from latch.passes import empty_rows
 from latch.passes.base import defining_op, operation as _op
-from latch.passes.buffer_views import (arena_span, defined_by_views, hoist_definition,
-                                       identity_layout, root, slots_overlap, users)
+from latch.passes.buffer_views import (arena_span, defined_by_views, held_users,
+                                       hoist_definition, identity_layout, root,
+                                       slots_overlap)
 from latch.passes.fixed_point_scatter import _int as const, _kind
 from latch.passes.generic_body import (apply_body, compare, delinearize, flat_launch,
                                        guarded_launch, index_constant, indexing_maps,
@@ -106,7 +107,7 @@ def rounded_copy(sc: Scatter):
     buffers that die before the copy)."""
     from mlir import ir
 
-    from latch.passes.form_contraction_kernels import _INERT, _position
+    from latch.passes.form_contraction_kernels import _INERT
     con = sc.con
     op, c = con.op, con.c
     if con.zeroed_by is None or hasattr(c.owner, "arguments") or \
@@ -118,12 +119,13 @@ def rounded_copy(sc: Scatter):
         return None
     if not identity_layout(ir.MemRefType(c.type)):
         return None
+    here = _op(op)
+    later = [(u, h) for u, h in held_users(c, here) if here.is_before_in_block(h)]
+    if len(later) != 1 or later[0][0].name != "linalg.generic":
+        return None
+    g, g_holder = later[0]
     ops = [_op(o) for o in op.operation.block.operations]
     at = next(i for i, o in enumerate(ops) if o == op)
-    later = [u for u in users(c) if _position(u, ops) > at]
-    if len(later) != 1 or later[0].name != "linalg.generic":
-        return None
-    g = later[0]
     seg = list(ir.DenseI32ArrayAttr(g.attributes["operandSegmentSizes"]))
     if seg != [1, 1] or g.results or \
             any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
@@ -149,7 +151,7 @@ def rounded_copy(sc: Scatter):
         reads += list(sc.space.operands)
     if any(slots_overlap(span, arena_span(v)) for v in reads):
         return None
-    for between in ops[at + 1:_position(g, ops)]:
+    for between in ops[at + 1:next(i for i, o in enumerate(ops) if o == g_holder)]:
         if between.name in _INERT:
             continue
         for v in between.operands:
