@@ -193,13 +193,13 @@ def main() -> int:
     import torch
 
     from latch.runtime import driver as drv
+    from tinymoe_bench_gpu import latch_environment
     env = {"gpu": torch.cuda.get_device_name(0), "driver": drv.driver_version(),
            "torch": torch.__version__, "commit": os.environ.get("LATCH_COMMIT", "unknown"),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "workload": f"tinymoe-b2-selective-every{args.every}",
            # the runtime's switches set for this run (e.g. LATCH_STATE_COMMIT=copy)
-           "runtime_env": {k: v for k, v in sorted(os.environ.items())
-                           if k.startswith("LATCH_") and k != "LATCH_COMMIT"}}
+           "runtime_env": latch_environment()}
     print(json.dumps(env), flush=True)
     records = []
     for engine in args.engines.split(","):

@@ -147,6 +147,13 @@ def flat_loss(losses) -> bool:
     return len(losses) >= 10 and max(losses) == min(losses)
 
 
+def latch_environment() -> dict:
+    """The runtime's switches set for a whole run: every ``LATCH_`` variable of the
+    environment but ``LATCH_COMMIT`` (which names the commit), recorded with the results."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("LATCH_") and k != "LATCH_COMMIT"}
+
+
 def runtime_env(engine: str) -> dict:
     """The environment a Latch engine's RUNTIME_SWITCHES set."""
     env = {}
@@ -384,10 +391,8 @@ def main() -> int:
     env = {"gpu": torch.cuda.get_device_name(0), "driver": drv.driver_version(),
            "torch": torch.__version__, "commit": os.environ.get("LATCH_COMMIT", "unknown"),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           # the runtime's switches set for the whole run (an engine's RUNTIME_SWITCHES
-           # come on top, for that engine only)
-           "runtime_env": {k: v for k, v in sorted(os.environ.items())
-                           if k.startswith("LATCH_") and k != "LATCH_COMMIT"}}
+           # an engine's RUNTIME_SWITCHES come on top, for that engine only
+           "runtime_env": latch_environment()}
     print(json.dumps(env), flush=True)
     ceilings = measure_ceilings()
     torch.cuda.empty_cache()

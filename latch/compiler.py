@@ -13,6 +13,7 @@ Each stage's input is dumped to ``$LATCH_DUMP_DIR`` when it is set, and replays 
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -39,20 +40,15 @@ class _Timer:
     def __init__(self):
         self.times: dict[str, float] = {}
 
+    @contextlib.contextmanager
     def __call__(self, stage):
         from latch import progress
-        timer = self
-
-        class _Ctx:
-            def __enter__(self):
-                self.shown = progress.stage(stage)
-                self.shown.__enter__()
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.times[stage] = timer.times.get(stage, 0.0) + time.perf_counter() - self.t0
-                self.shown.__exit__(*exc)
-        return _Ctx()
+        with progress.stage(stage):
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.times[stage] = self.times.get(stage, 0.0) + time.perf_counter() - t0
 
 
 def compile(model, rule, example_inputs, target: str = "cpu", precision: str = "fp32",

@@ -559,6 +559,8 @@ class _Setup:
     def __init__(self, launches: list, copies: list):
         self.launches = launches
         self.copies = copies            # [(src, dst, bytes)]: outputs the step copies
+        self.guard_checks: list = []    # [(ptr, dtype, count)]: new values the guard checks
+        self.guard_copies: list = []    # [(src, dst, bytes)]: new values it copies if finite
         self.guard_launches: list = []  # [check launch or None, copy launch or None]
         self.graph: drv.Graph | None = None
         self.uses = 0
@@ -585,9 +587,12 @@ class _Variant:
                         if len(prog.manifest.get("variants") or [None]) == 1 else None)
         self.flag_ptr = prog._resolve(flag) if flag else prog.flag_ptr
         self.tables: list = []
+        # what the guard checks and copies, as manifest locations (resolved per placement)
+        self._guard_plan = guard.plan({**prog.manifest, "copies": spec.get("copies", [])})
         self.setups: dict[frozenset, _Setup] = {}
         first = self.setup(frozenset())
         self.launches = first.launches
+        self.guard_checks, self.guard_copies = first.guard_checks, first.guard_copies
         self.collectives = Collectives(spec.get("collectives", []), prog._resolve,
                                        prog.arena, prog.torch_device, prog.torch_stream,
                                        process_group)
@@ -602,14 +607,6 @@ class _Variant:
             self.events = {i: drv.Event(timing=False)
                            for i, r in enumerate(self.plan.record) if r}
             self.fork = drv.Event(timing=False)
-
-    @property
-    def guard_checks(self) -> list:
-        return self._checks
-
-    @property
-    def guard_copies(self) -> list:
-        return self._copies
 
     def setup(self, at_new: frozenset) -> _Setup:
         """The launches, copies and guard for the placement ``at_new`` (made at first use)."""
@@ -626,16 +623,16 @@ class _Variant:
                                     prog.dependent_launches),
                       [(resolve(c["src"]), resolve(c["dst"]), int(c["bytes"]))
                        for c in spec.get("copies", []) if "state" not in c["dst"]])
-        self._setup_guard(made, {**prog.manifest, "copies": spec.get("copies", [])}, resolve)
+        self._setup_guard(made, resolve)
         self.setups[at_new] = made
         return made
 
-    def _setup_guard(self, made: _Setup, manifest: dict, resolve) -> None:
+    def _setup_guard(self, made: _Setup, resolve) -> None:
         """Tables of the check and guarded-copy kernels of one placement: every new state
         value this variant writes (checked when floating-point; copied unless it commits by
         swap) and the loss (output 0)."""
         prog = self.prog
-        checks, copies, _ = guard.plan(manifest)
+        checks, copies, _ = self._guard_plan
         checks = [(resolve(loc), dtype, n) for loc, dtype, n in checks]
         guarded = []
         for src, dst, n in copies:
@@ -646,8 +643,7 @@ class _Variant:
             if other is not None:       # a swapped state this variant writes from elsewhere
                 guarded.append((resolve(src), resolve(other), n))
         copies = guarded
-        if not self.tables:
-            self._checks, self._copies = checks, copies
+        made.guard_checks, made.guard_copies = checks, copies
         ct, cp = guard.check_table(checks), guard.copy_table(copies)
         off_copies = ((ct.nbytes + 255) // 256) * 256
         self.tables.append(prog.device.alloc(off_copies + cp.nbytes,
