@@ -46,6 +46,7 @@ rows x 16 bytes per store instruction).  f32 outputs and split-K workspaces keep
 """
 from __future__ import annotations
 
+from latch.passes import epilogue_readers
 from latch.passes.form_contraction_kernels import (
     _WG, Contraction, _begin, _epilogue, _Kernel, _module, _pairable, _signature, _staging,
     _Text, copy_chunk, k_tile_range, open_edge_guard, output_index)
@@ -282,7 +283,14 @@ def stages_output(con: Contraction, k: _Kernel) -> bool:
     contiguous dimension in groups of 8 aligned elements, no split-K."""
     from mlir import ir
 
-    if not STAGE_OUTPUT or k.splits > 1 or not k.overwrite or con.narrowed_by is None \
+    return stages(con, k.splits) and k.overwrite
+
+
+def stages(con: Contraction, splits: int) -> bool:
+    """:func:`stages_output` before the kernel is made (its output just zeroed)."""
+    from mlir import ir
+
+    if not STAGE_OUTPUT or splits > 1 or con.zeroed_by is None or con.narrowed_by is None \
             or not _pairable(con):
         return False
     last = ir.MemRefType(con.c.type).shape[-1]
@@ -298,6 +306,8 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
     layout).  Edge tiles: pieces past the output's rows / columns are not written (the
     columns come in whole pieces: n % 8 == 0)."""
     con = k.con
+    reader = getattr(con, "reader", None)
+    names = epilogue_readers.kernel_operands(con, reader) if reader is not None else None
     pitch = bn + _PITCH_PAD
     t.line("nvvm.cp.async.wait.group 0")
     t.line("gpu.barrier")                 # every warpgroup's products have read the stages
@@ -310,15 +320,35 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
                "vector<2xbf16>")
     t.line("gpu.barrier")
     per_row = bn // 8
-    for q in range(BM * per_row // THREADS):
-        piece = t.add(tid, q * THREADS)
-        r = t.arith("divui", piece, per_row)
-        c = t.mul(t.arith("remui", piece, per_row), 8)
-        v = t.emit(f"vector.load {sm}[{t.add(t.mul(r, pitch), c)}] {{alignment = 16}} : "
-                   f"{sm_type}, vector<8xbf16>")
-        row, col = t.add(m0, r), t.add(n0, c)
-        cond = open_edge_guard(t, k, row, col)
-        t.line(f"vector.store {v}, %C[{output_index(k, batch, row, col)}] "
-               f"{{alignment = 16}} : {con.c.type}, vector<8xbf16>")
-        if cond is not None:
-            t.line("}")
+    pieces = BM * per_row // THREADS
+    # a reader's loads for several pieces issued before their stores (which the compiler
+    # cannot move loads across: it does not know the buffers apart), where no edge guard
+    # separates them
+    whole = k.con.size("m") % BM == 0 and k.con.size("n") % bn == 0
+    group = epilogue_readers.GROUP if reader is not None and whole else 1
+    for first in range(0, pieces, group):
+        placed = []
+        for q in range(first, min(first + group, pieces)):
+            piece = t.add(tid, q * THREADS)
+            r = t.arith("divui", piece, per_row)
+            c = t.mul(t.arith("remui", piece, per_row), 8)
+            v = t.emit(f"vector.load {sm}[{t.add(t.mul(r, pitch), c)}] {{alignment = 16}} : "
+                       f"{sm_type}, vector<8xbf16>")
+            placed.append((t.add(m0, r), t.add(n0, c), v))
+            if group > 1:
+                row, col, _ = placed[-1]
+                index = output_index(k, batch, row, col)
+                placed[-1] += (index, epilogue_readers.load_piece(t, con, reader, names, index))
+        for item in placed:
+            row, col, v = item[:3]
+            cond = open_edge_guard(t, k, row, col)
+            index = item[3] if group > 1 else output_index(k, batch, row, col)
+            if reader is None or reader.store_product:
+                t.line(f"vector.store {v}, %C[{index}] {{alignment = 16}} : {con.c.type}, "
+                       "vector<8xbf16>")
+            if reader is not None:    # the elementwise op after the product, on these 8
+                loaded = item[4] if group > 1 else \
+                    epilogue_readers.load_piece(t, con, reader, names, index)
+                epilogue_readers.emit_piece(t, con, reader, names, index, v, loaded)
+            if cond is not None:
+                t.line("}")

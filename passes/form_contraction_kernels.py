@@ -77,6 +77,7 @@ from latch.passes.generic_body import clone_body_ops, index_constant, top_alloca
 from latch.passes import fixed_point_scatter as fixed_point
 from latch.passes import one_hot_gather
 from latch.passes import empty_rows
+from latch.passes import epilogue_readers
 from latch.passes.one_hot_scatter import (emit_scatter, erase_dead_mask_writer,
                                          match_one_hot_scatter)
 
@@ -118,6 +119,8 @@ class Contraction:
                                        # the kernel writes that copy instead (c is then it)
     reader_rounds: object | None = None  # the f32 output replaced by c when narrowed_by is
                                          # a reader that rounds it (it stays, reading c)
+    reader: object | None = None       # the elementwise op after the product that its
+                                       # epilogue computes (passes/epilogue_readers.py)
     skip: object | None = None  # an empty_rows.Skip: the block skips k-tiles of rows a
                                 # gather left zero (its extents among ``captured``)
 
@@ -1295,6 +1298,10 @@ class FormContractionKernels(ModulePass):
     #: a gather also adds the term of the elementwise generic right after it that adds one
     #: to its output in place (one_hot_gather.additive_reader); false: that pass stays
     gather_readers: bool = True
+    #: the elementwise op right after a product with a staged bf16 output (the SwiGLU
+    #: backward after the experts' input gradient) computed in the product's epilogue
+    #: (passes/epilogue_readers.py); false: it keeps its own launch
+    epilogue_readers: bool = True
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -1385,6 +1392,19 @@ class FormContractionKernels(ModulePass):
                     con.narrowed_by, con.c = rounding[0][0], _round_in_place(con, rounding)
                     con.reader_rounds = f32_out
                     text, grid, block, shared = make(con, name)
+            if self.epilogue_readers and wgmma and wg.stages(con, splits):
+                reader = epilogue_readers.match(con, list(con.inputs) + list(con.captured))
+                if reader is not None:      # the op after it, computed in its epilogue
+                    con.reader = reader
+                    epilogue_readers.hoist_definitions(con, reader)
+                    if con.skip is not None:    # its buffers before the extents (last)
+                        con.captured = [v for v in con.captured if v != con.skip.extents]
+                    epilogue_readers.kernel_operands(con, reader)
+                    if con.skip is not None:
+                        con.captured.append(con.skip.extents)
+                        con.skip.arg = len(con.captured) - 1
+                    text, grid, block, shared = make(con, name)
+                    assert epilogue_readers.PLACEHOLDER in text, name
             planned.append((con, name, text, grid, block, shared, splits))
         workspaces = _split_k_workspaces(planned)
         index = ir.IndexType.get()
@@ -1393,6 +1413,8 @@ class FormContractionKernels(ModulePass):
             kernel_module = _op(parsed.body.operations[0])
             ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
             _expand_factors(kernel_module, con, text.count(f'"{_PLACEHOLDER}"'))
+            if con.reader is not None:
+                epilogue_readers.expand(kernel_module, con.reader)
             with ir.InsertionPoint(con.op), con.op.location:
                 def c(v):
                     return ir.Operation.create(
@@ -1422,6 +1444,8 @@ class FormContractionKernels(ModulePass):
                     _op(con.reader_rounds.owner).erase()
             elif con.narrowed_by is not None:
                 con.narrowed_by.erase()
+            if con.reader is not None:     # its launch is the product's
+                con.reader.generic.erase()
         if self.empty_row_loads and readers:
             _skip_row_loads(module, [rows for _, rows in readers])
 

@@ -1,0 +1,261 @@
+"""Elementwise readers of a product computed in its epilogue (part of
+``latch-form-contraction-kernels``, option ``epilogue-readers``).
+
+The wgmma kernel writes a bf16 output through shared memory (``contraction_wgmma.
+_staged_epilogue``): each thread ends holding 8 consecutive columns of one output row.  When
+the op that comes right after the product is an all-parallel ``linalg.generic`` that reads
+that output element for element — the SwiGLU backward ``(dh, a, b) -> (dh * silu'(a) ..,
+dh * silu(a))`` after the experts' input-gradient product ``dh = dy @ w2^T``, the SwiGLU
+forward ``silu(a) * b`` after ``b = x @ w3``, a gradient accumulator ``acc + g`` after a
+weight gradient — the epilogue computes it there: it loads the reader's other inputs at
+the same 8 elements (16-byte vectors), runs the reader's body on each, stores the reader's
+outputs, and stores the product itself only if something after the reader reads it.  The
+reader's launch goes, and with it a write and a read of the product (``dh``: 2 x 168 MB a
+layer at TinyMoE B32).
+
+Applies when (:func:`match`): the reader is the first op after the product that touches
+its output (passed over: allocations, views, constants, the product's own rounding copy,
+which the kernel writes, and at most 8 other ops that share no byte with the reader's
+buffers — it now runs before them: the next product's zero fill); it reads the product's bf16 output as one input; every operand of it has the
+output's shape and the same indexing map (a permutation), so that one index list addresses
+an element of each; its other operands have the identity layout and bf16 or f32 elements;
+its body is ``arith`` / ``math`` ops of its input elements (no ``linalg.index``, no output
+element read); an output is either one of its inputs (written in place: the thread reads
+before it writes, as the reader's own kernel did) or shares no planned arena bytes with
+its inputs; and no output shares arena bytes with the product's factors (the memory plan
+may give a buffer that is live from the reader on the slot of a factor whose last reader
+is the product — written by one block while another still reads it).
+
+Rows that the product skips (``passes/empty_rows.py``) are computed from its zeros: the
+plan only took the reader's outputs as zero there when its body maps a zero product
+element to zero whatever its other (finite) inputs, so they still are.
+
+The body is cloned per element after the kernel text is parsed (:func:`expand`), as the
+factors' bodies are (``form_contraction_kernels._expand_factors``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from latch.passes.base import operation as _op
+from latch.passes.buffer_views import VIEW_OPS, arena_span, held_users, identity_layout, \
+    may_share_bytes, memrefs_used, root, slots_overlap
+
+PLACEHOLDER = "latch.epilogue_reader"   # one element's reader body, expanded after parsing
+LANES = 8                               # a staged-epilogue piece: 8 bf16 columns, 16 bytes
+#: pieces whose reader inputs a thread loads before it computes and stores any of them
+GROUP = 4
+_INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")
+_ELEMENTS = ("bf16", "f32")
+_MAX_BETWEEN = 8                        # other ops the reader may be moved across
+
+
+@dataclasses.dataclass
+class Reader:
+    """The elementwise reader ``generic`` a product's epilogue computes: ``operands`` its
+    operands in order (inputs, then outputs), ``body`` its body ops (yield excluded),
+    ``store_product`` whether the product's own value is still stored (read after the
+    reader and not overwritten by it)."""
+    generic: object
+    n_inputs: int
+    operands: list
+    body: list
+    store_product: bool
+
+    def inputs(self) -> list:
+        return self.operands[:self.n_inputs]
+
+    def outputs(self) -> list:
+        return self.operands[self.n_inputs:]
+
+
+def match(con, factors) -> Reader | None:
+    """The :class:`Reader` of the product ``con`` (its output ``con.c`` a bf16 buffer the
+    kernel writes whole, rounded) whose factor buffers are ``factors``; None when the
+    first op after the product is not one (see the module docstring)."""
+    from mlir import ir
+
+    c = con.c
+    product = _op(con.op)
+    skip = {product}
+    if con.narrowed_by is not None and con.reader_rounds is None:
+        skip.add(_op(con.narrowed_by))     # the rounding copy the kernel writes instead
+    g, between = None, []
+    ops = [_op(o) for o in product.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == product)
+    for o in ops[at + 1:]:
+        if o in skip or o.name in _INERT:
+            continue
+        if any(may_share_bytes(v, c) for v in memrefs_used(o)):
+            g = o                                    # the first op to touch the product
+            break
+        between.append(o)
+        if len(between) > _MAX_BETWEEN:
+            return None
+    if g is None or g.name != "linalg.generic" or g.results:
+        return None
+    if any("parallel" not in str(a) for a in ir.ArrayAttr(g.attributes["iterator_types"])):
+        return None
+    seg = list(ir.DenseI32ArrayAttr(g.attributes["operandSegmentSizes"]))
+    operands = list(g.operands)
+    n_in = seg[0]
+    ins, outs = operands[:n_in], operands[n_in:]
+    if sum(v == c for v in ins) != 1 or not outs:
+        return None
+    shape = list(ir.MemRefType(c.type).shape)
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
+    if any(m != maps[0] for m in maps) or not maps[0].is_permutation:
+        return None
+    for v in operands:
+        t = ir.MemRefType(v.type)
+        if list(t.shape) != shape or str(t.element_type) not in _ELEMENTS:
+            return None
+        if v != c and not identity_layout(t):
+            return None
+    block = g.regions[0].blocks[0]
+    body = [_op(o) for o in block.operations]
+    if body[-1].name != "linalg.yield" or len(body[-1].operands) != len(outs):
+        return None
+    if any(list(a.uses) for a in list(block.arguments)[n_in:]):
+        return None                                  # reads an output element
+    for o in body[:-1]:
+        if o.regions or o.name.split(".")[0] not in ("arith", "math"):
+            return None
+    if any(hasattr(v.owner, "arguments") or _op(v.owner).name != "arith.constant"
+           for v in _outside_values(g, n_in, body)):
+        return None                                  # only constants can be cloned in
+    # outputs: in place over an input, or apart from every input; never over a factor
+    for out in outs:
+        if out in ins:
+            continue
+        span = arena_span(out)
+        if any(root(out) == root(v) or slots_overlap(span, arena_span(v)) for v in ins):
+            return None
+    for out in outs:
+        span = arena_span(out)
+        if any(root(out) == root(f) or slots_overlap(span, arena_span(f)) for f in factors):
+            return None
+    # the ops passed over touch none of the reader's buffers: it may run before them
+    if any(may_share_bytes(v, w) for o in between for v in memrefs_used(o) for w in operands):
+        return None
+    # the product's value is still needed after the reader unless the reader overwrites it
+    later = [u for u, h in held_users(root(c), g) if g.is_before_in_block(h)]
+    store = c not in outs and bool(later)
+    return Reader(g, n_in, operands, body[:-1], store)
+
+
+def hoist_definitions(con, reader: Reader) -> None:
+    """Move the allocations, views and constants between the product and its reader in
+    front of the product: the product's launch, made in its place, takes the reader's
+    buffers as arguments."""
+    product = _op(con.op)
+    ops = [_op(o) for o in product.operation.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == product)
+    for o in ops[at + 1:]:
+        if o == reader.generic:
+            break
+        if o.name in VIEW_OPS + ("memref.alloc", "arith.constant"):
+            o.move_before(product)
+
+
+def kernel_operands(con, reader: Reader) -> dict:
+    """Reader operand -> the kernel's name for it (``%C`` for the product's output, else
+    ``%X<j>``, its position among ``con.captured`` — appended there when new)."""
+    names = {}
+    for v in reader.operands:
+        if v == con.c:
+            names[v] = "%C"
+            continue
+        if not any(v == w for w in con.captured):
+            con.captured = list(con.captured) + [v]
+        names[v] = f"%X{next(j for j, w in enumerate(con.captured) if w == v)}"
+    return names
+
+
+def load_piece(t, con, reader: Reader, names: dict, index: str) -> dict:
+    """Text loading the reader's inputs other than the product at the 8 elements from the
+    output index list ``index``: {input: its vector value}."""
+    from mlir import ir
+
+    vectors = {}
+    for v in reader.inputs():
+        if v == con.c or v in vectors:
+            continue
+        elt = ir.MemRefType(v.type).element_type
+        vectors[v] = t.emit(f"vector.load {names[v]}[{index}] {{alignment = 16}} : {v.type}, "
+                            f"vector<{LANES}x{elt}>")
+    return vectors
+
+
+def emit_piece(t, con, reader: Reader, names: dict, index: str, value: str,
+               loaded: dict) -> None:
+    """Text of one staged-epilogue piece: the 8 product elements ``value`` (a
+    ``vector<8xbf16>`` at the output index list ``index``) and the reader's other inputs
+    there (``loaded``, :func:`load_piece`) given to the reader, one placeholder per
+    element; its outputs stored there."""
+    from mlir import ir
+
+    vectors = dict(loaded)
+    vectors[con.c] = value
+    in_types = [str(ir.MemRefType(v.type).element_type) for v in reader.inputs()]
+    out_types = [str(ir.MemRefType(v.type).element_type) for v in reader.outputs()]
+    lanes = []
+    for lane in range(LANES):
+        scalars = [t.emit(f"vector.extract {vectors[v]}[{lane}] : {ty} from "
+                          f"vector<{LANES}x{ty}>")
+                   for v, ty in zip(reader.inputs(), in_types)]
+        result = t.fresh()
+        t.line(f'{result}:{len(out_types)} = "{PLACEHOLDER}"({", ".join(scalars)}) : '
+               f'({", ".join(in_types)}) -> ({", ".join(out_types)})')
+        lanes.append(result)
+    for j, (v, ty) in enumerate(zip(reader.outputs(), out_types)):
+        vec = t.emit("vector.from_elements " + ", ".join(f"{r}#{j}" for r in lanes) +
+                     f" : vector<{LANES}x{ty}>")
+        t.line(f"vector.store {vec}, {names[v]}[{index}] {{alignment = 16}} : {v.type}, "
+               f"vector<{LANES}x{ty}>")
+
+
+def expand(kernel_module, reader: Reader) -> None:
+    """Replace each placeholder of the parsed kernel by the reader's body ops, cloned with
+    the placeholder's operands as the input elements."""
+    from mlir import ir
+
+    from latch.passes.generic_body import clone_body_ops
+
+    found = []
+
+    def visit(op):
+        if op.name == PLACEHOLDER:
+            found.append(_op(op))
+        return ir.WalkResult.ADVANCE
+    kernel_module.operation.walk(visit)
+    g = reader.generic
+    block = g.regions[0].blocks[0]
+    ops = [_op(o) for o in block.operations]
+    args = list(block.arguments)[:reader.n_inputs]
+    yielded = list(ops[-1].operands)
+    outside = _outside_values(g, reader.n_inputs, ops)
+    for ph in found:
+        mapping = dict(zip(args, ph.operands))
+        with ir.InsertionPoint(ph), ph.location:
+            for v in outside:
+                mapping[v] = _op(v.owner).clone().results[0]
+            clone_body_ops(reader.body, mapping, [])
+        for r, y in zip(ph.results, yielded):
+            r.replace_all_uses_with(mapping[y])
+        ph.erase()
+
+
+def _outside_values(g, n_inputs: int, body: list) -> list:
+    """Values that the body ops ``body`` of generic ``g`` (its yield included) use or
+    yield and that are defined outside it."""
+    block = g.regions[0].blocks[0]
+    inside = list(block.arguments)
+    for o in body:
+        inside += list(o.results)
+    found = []
+    for o in body:
+        for v in o.operands:
+            if not any(v == w for w in inside) and not any(v == w for w in found):
+                found.append(v)
+    return found

@@ -1,0 +1,82 @@
+"""The elementwise op right after a product computed in the product's epilogue
+(passes/epilogue_readers.py), executed on the CPU by the SIMT interpreter.
+
+A bf16 MoE layer's update (tests/py/test_empty_rows_simt.py's, its products wgmma kernels
+that skip the empty capacity slots) is formed into kernels with and without
+``epilogue-readers``: the SwiGLU forward ``silu(x @ w1) * (x @ w3)`` goes into the
+``x @ w3`` product's epilogue and the SwiGLU backward into the ``dy @ w2^T`` product's, two
+launches fewer, and every result is the same bits (the same ops on the same rounded
+values); the parameters' change under SGD(1.0) is their float64 gradient within bf16 error."""
+from __future__ import annotations
+
+import re
+
+from test_empty_rows_simt import MoELayer, _form, _inputs, _same_bits
+
+
+def _form_readers(on: bool) -> str:
+    return _form(True).replace("empty-rows=true", "empty-rows=true epilogue-readers="
+                               + str(on).lower())
+
+
+def _launches(text: str) -> int:
+    """Kernel launches of a formed module: the products' (outlined) and the others'."""
+    return text.count("gpu.launch_func") + text.count("gpu.launch ")
+
+
+def test_moe_update_with_swiglu_in_the_products_epilogues(tmp_path, monkeypatch):
+    import torch
+
+    model, x, y, runs = _same_bits(MoELayer, _inputs, _form_readers, tmp_path, monkeypatch)
+    fused, apart = runs[True][3], runs[False][3]
+    assert _launches(fused) == _launches(apart) - 2, (_launches(fused), _launches(apart))
+    # the product kernels now hold the reader bodies: silu's exp in two of them
+    products = re.split(r"gpu\.module @", fused)
+    with_exp = [p for p in products if p.startswith("latch_contract") and "math.exp" in p]
+    assert len(with_exp) == 2, len(with_exp)
+    ref = MoELayer().double()
+    ref.load_state_dict(model.state_dict())
+    loss = ref(x.double(), y.double())
+    loss.backward()
+    new, got_loss = runs[True][0], runs[True][1]
+    assert abs(got_loss - float(loss)) < 1e-2 * float(loss)
+    for (name, p), p_new in zip(ref.named_parameters(), new):
+        err = float(((p.detach() - p_new) - p.grad).norm() / p.grad.norm())
+        assert err < 0.05, (name, err)
+    del torch
+
+
+def test_swiglu_mlp_whole_tiles_load_before_they_store(tmp_path, monkeypatch):
+    """A SwiGLU MLP of 128 tokens (tests/py/test_swiglu_program_simt.py's): its products'
+    tiles are whole, so the epilogue loads the
+    reader's inputs for several pieces before it stores any (epilogue_readers.GROUP); the
+    same bits as the readers in launches of their own."""
+    import torch
+
+    from test_swiglu_program_simt import SwiGLU
+
+    def inputs():
+        return torch.randn(128, 64), torch.randn(128, 64)
+
+    _, _, _, runs = _same_bits(SwiGLU, inputs, _form_readers, tmp_path, monkeypatch)
+    fused, apart = runs[True][3], runs[False][3]
+    # the SwiGLU forward and backward, and the loss's difference after the output product
+    # (its backward passes over the next product's zero fill to reach its reader)
+    assert _launches(fused) == _launches(apart) - 3, (_launches(fused), _launches(apart))
+    products = [p for p in re.split(r"gpu\.module @", fused) if p.startswith("latch_contract")]
+    with_exp = [p for p in products if "math.exp" in p]
+    assert len(with_exp) == 2, len(with_exp)
+    # grouped: where the reader has inputs besides the product (the backward's gate and up
+    # values), a thread loads them for GROUP pieces before its first store
+    ahead = []
+    for p in with_exp:
+        body = p.split("gpu.barrier")[-1]
+        before = body[:body.index("vector.store")]
+        ahead.append(len(re.findall(r"vector\.load %arg\d+\[", before)))
+    assert max(ahead) >= epilogue_group(), ahead
+
+
+def epilogue_group() -> int:
+    from latch.passes import epilogue_readers
+
+    return epilogue_readers.GROUP
