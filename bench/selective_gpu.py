@@ -18,7 +18,9 @@ microbatches.  Mean time per microbatch over a 16-microbatch cycle, side by side
   microbatch (forward, backward, shared AdamW with ``capturable=True``, expert gradients
   accumulated), one for the expert step; replayed.
 
-Each engine runs in its own process.  Writes bench/results/selective-<UTC>.json (and
+An engine ``latch-<suffix>`` runs the build ``b2-bf16-every16-<suffix>`` (an A/B of a
+compiler switch, bench/tinymoe196m_build.py's OFF_SWITCHES); the Latch engines' losses over
+the first cycle are compared bit for bit.  Each engine runs in its own process.  Writes bench/results/selective-<UTC>.json (and
 $OUT/) with GPU, driver, torch, commit.
 """
 from __future__ import annotations
@@ -74,9 +76,11 @@ def child(engine: str, args) -> dict:
     model, (idx, tgt) = make_tinymoe_196m(batch=2)
     idx, tgt = idx.cuda(), tgt.cuda()
     out = {"engine": engine}
-    if engine == "latch":
+    if engine.startswith("latch"):        # latch-<suffix>: the build with that suffix
         import latch
-        prog = latch.load(os.path.join(ART, f"tinymoe196m-b2-bf16-every{args.every}.latch"))
+        suffix = engine[len("latch"):]
+        prog = latch.load(os.path.join(ART, f"tinymoe196m-b2-bf16-every{args.every}{suffix}"
+                                            ".latch"))
         d = prog.describe()
         out["variants"] = d["variants"]
         state = prog.init(model)
@@ -88,14 +92,15 @@ def child(engine: str, args) -> dict:
             prog.step(state, idx, tgt)
         # bitwise check over one cycle: expert tensors change only on the expert step
         snap = {n: t.clone() for n, t in prog.state_views().items() if n in expert}
-        changed_at = []
+        changed_at, losses = [], []
         for s in range(args.every):
-            step(s)
+            losses.append(prog.step(state, idx, tgt))
             now = prog.state_views()
             if any(not torch.equal(now[n], snap[n]) for n in expert):
                 changed_at.append(s)
                 snap = {n: now[n].clone() for n in expert}
         out["expert_state_changed_at_microbatch"] = changed_at
+        out["first_cycle_losses"] = losses      # two builds of one program: the same bits
         # warm until every (variant, placement of the swapped states) met so far replays a
         # captured graph: with commit by swap a variant meets several placements, each
         # launched directly at its first use and captured at its second (four cycles)
@@ -216,13 +221,20 @@ def main() -> int:
         rec["median_ms_per_microbatch"] = statistics.median(rec["ms_per_microbatch"])
         records.append(rec)
         extra = ""
-        if engine == "latch":
+        if engine.startswith("latch"):
             extra = (f"  variants {[(v['kernels'], v['copies']) for v in rec['variants']]}, "
                      f"expert state changed at microbatch "
                      f"{rec['expert_state_changed_at_microbatch']}")
         print(f"{engine:20s} {rec['median_ms_per_microbatch']:8.2f} ms/microbatch"
               f" (16-cycle mean; cycles {[round(x, 2) for x in rec['ms_per_microbatch']]})"
               f"{extra}", flush=True)
+    latches = [r for r in records if r.get("first_cycle_losses")]
+    for r in latches[1:]:
+        same = r["first_cycle_losses"] == latches[0]["first_cycle_losses"]
+        r["same_losses_as_" + latches[0]["engine"]] = same
+        print(f"{r['engine']}: first cycle's losses {'the same bits as' if same else 'DIFFER from'}"
+              f" {latches[0]['engine']}'s (last {r['first_cycle_losses'][-1]!r} vs "
+              f"{latches[0]['first_cycle_losses'][-1]!r})", flush=True)
     base = {r["engine"]: r.get("median_ms_per_microbatch") for r in records}
     for r in records:
         if r["engine"] == "latch" and r.get("median_ms_per_microbatch"):

@@ -47,7 +47,7 @@ LANES = 8                               # a staged-epilogue piece: 8 bf16 column
 GROUP = 4
 _INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")
 _ELEMENTS = ("bf16", "f32")
-_MAX_BETWEEN = 8                        # other ops the reader may be moved across
+_MAX_BETWEEN = 256                      # other ops the reader may be moved across
 
 
 @dataclasses.dataclass

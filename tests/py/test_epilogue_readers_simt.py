@@ -80,3 +80,59 @@ def epilogue_group() -> int:
     from latch.passes import epilogue_readers
 
     return epilogue_readers.GROUP
+
+
+def test_accumulating_variant_sums_gradients_in_the_products_epilogues(tmp_path,
+                                                                        monkeypatch):
+    """every(2) on w1 and w3 of the SwiGLU MLP: the update variant that only accumulates
+    their gradients adds each weight gradient to its accumulator in the product's epilogue
+    (the reader is found past the rest of the backward pass, which touches neither buffer),
+    both variants run in the SIMT interpreter, twice each in turn, and every state and the
+    loss come out the same bits as with the readers in launches of their own."""
+    import numpy as np
+    import torch
+    from mlir import ir
+
+    import latch
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+    from simt import Simt
+    from test_attention_fused_program import _states
+    from test_swiglu_program_simt import SwiGLU
+
+    torch.manual_seed(0)
+    model = SwiGLU()
+    x, y = torch.randn(128, 64), torch.randn(128, 64)
+    monkeypatch.setenv("LATCH_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("LATCH_CACHE", "0")
+    rule = latch.optim.partition({"w[13].*": latch.optim.every(2, latch.optim.SGD(0.1)),
+                                  "*": latch.optim.SGD(0.05, momentum=0.9)})
+    prog = latch.compile(model, rule, (x, y), target="cuda", precision="bf16")
+    entries = [v["entry"] for v in prog.manifest["variants"]]
+    assert len(entries) == 2
+    text = (tmp_path / "cuda-latch-form-kernels.mlir").read_text()
+    results, launches = {}, {}
+    for on in (True, False):
+        ctx = ir.Context()
+        latch.dialect.load(ctx)
+        with ctx, ir.Location.unknown():
+            m = ir.Module.parse(text)
+            run_pipeline(m, _form_readers(on))
+            formed = str(m)
+            launches[on] = [_launches(f) for f in formed.split("func.func @")[1:]
+                            if f.startswith(tuple(entries))]
+            states = _states(model, prog.manifest)
+            outs = []
+            for entry in entries + entries:        # accumulate, step, accumulate, step
+                res = Simt(m).run(states + [x.double().numpy(), y.double().numpy()],
+                                  func=entry)
+                states = [np.asarray(r, np.float64) for r in res[:len(states)]]
+                outs.append([np.asarray(r, np.float64) for r in res])
+            results[on] = outs
+    for got, want in zip(results[True], results[False]):
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
+    # both variants: the SwiGLU forward and backward and the loss's difference; the
+    # accumulating one also its two accumulations
+    fewer = [b - a for a, b in zip(launches[True], launches[False])]
+    assert max(fewer) >= 5 and min(fewer) >= 3, (launches[True], launches[False])
