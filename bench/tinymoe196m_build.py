@@ -69,11 +69,12 @@ kernels between the expert products loading their inputs in the capacity rows pa
 expert's extent too (``latch-form-contraction-kernels{empty-row-loads=false}``, the default
 before the tenth stop), ``-readerapart`` the tied
 embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
-gather (``latch-form-contraction-kernels{gather-readers=false}``), ``-readerlaunch`` the
-elementwise op right after a product (the SwiGLU forward and backward) in a launch of its
-own instead of the product's epilogue
-(``latch-form-contraction-kernels{epilogue-readers=false}``, the default before the
-thirteenth stop) — the same workload, run by
+gather (``latch-form-contraction-kernels{gather-readers=false}``), the on-switch
+``-epiloguereaders`` the elementwise op right after a product (the SwiGLU forward and
+backward, the selective update's gradient accumulations) computed in the product's
+epilogue instead of a launch of its own
+(``latch-form-contraction-kernels{epilogue-readers=true}``: the same bits, not yet measured
+on a GPU) — the same workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
@@ -142,8 +143,8 @@ OFF_SWITCHES = {
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",
                     "gather-readers=false"),
-    "readerlaunch": ("latch-form-kernels", "latch-form-contraction-kernels",
-                     "epilogue-readers=false"),
+    "epiloguereaders": ("latch-form-kernels", "latch-form-contraction-kernels",
+                        "epilogue-readers=true"),
 }
 
 

@@ -1,5 +1,6 @@
 """Elementwise readers of a product computed in its epilogue (part of
-``latch-form-contraction-kernels``, option ``epilogue-readers``).
+``latch-form-contraction-kernels``, option ``epilogue-readers``; off by default until it is
+measured on a GPU: the thirteenth stop got no device time).
 
 The wgmma kernel writes a bf16 output through shared memory (``contraction_wgmma.
 _staged_epilogue``): each thread ends holding 8 consecutive columns of one output row.  When

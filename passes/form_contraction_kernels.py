@@ -1300,8 +1300,9 @@ class FormContractionKernels(ModulePass):
     gather_readers: bool = True
     #: the elementwise op right after a product with a staged bf16 output (the SwiGLU
     #: backward after the experts' input gradient) computed in the product's epilogue
-    #: (passes/epilogue_readers.py); false: it keeps its own launch
-    epilogue_readers: bool = True
+    #: (passes/epilogue_readers.py); false: it keeps its own launch.  Off by default until
+    #: it is measured on a GPU (the same bits either way; build suffix -epiloguereaders)
+    epilogue_readers: bool = False
 
     def apply(self, module) -> None:
         from mlir import ir
