@@ -136,8 +136,11 @@ def match(con, factors) -> Reader | None:
         span = arena_span(out)
         if any(root(out) == root(f) or slots_overlap(span, arena_span(f)) for f in factors):
             return None
-    # the ops passed over touch none of the reader's buffers: it may run before them
-    if any(may_share_bytes(v, w) for o in between for v in memrefs_used(o) for w in operands):
+    # the ops passed over touch none of the reader's buffers (it may run before them) and
+    # define no values (the allocations and views moved in front of the product for its
+    # launch depend on nothing they define)
+    if any(list(o.results) for o in between) or \
+            any(may_share_bytes(v, w) for o in between for v in memrefs_used(o) for w in operands):
         return None
     # the product's value is still needed after the reader unless the reader overwrites it
     later = [u for u, h in held_users(root(c), g) if g.is_before_in_block(h)]
