@@ -20,8 +20,8 @@ microbatches.  Mean time per microbatch over a 16-microbatch cycle, side by side
 
 An engine ``latch-<suffix>`` runs the build ``b2-bf16-every16-<suffix>`` (an A/B of a
 compiler switch, bench/tinymoe196m_build.py's OFF_SWITCHES); the Latch engines' losses over
-the first cycle are compared bit for bit.  Each engine runs in its own process.  Writes bench/results/selective-<UTC>.json (and
-$OUT/) with GPU, driver, torch, commit.
+the first cycle are compared bit for bit.  Each engine runs in its own process.  Writes
+bench/results/selective-<UTC>.json (and $OUT/) with GPU, driver, torch, commit.
 """
 from __future__ import annotations
 

@@ -36,13 +36,13 @@ import dataclasses
 import math
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import (VIEW_OPS, box_in, boxes_disjoint, identity_layout,
+from latch.passes.buffer_views import (INERT, VIEW_OPS, box_in, boxes_disjoint,
+                                       identity_layout,
                                        may_write, memrefs_used, root)
 
 _ATTENTION = {"latch.attention": (0, 1, 2), "latch.attention_grad": (0, 1, 2, 4)}
 _GRADIENTS = {"latch.attention_grad": (6, 7, 8)}
 _HEADS_SWAPPED = [0, 2, 1, 3]       # [B, H, L, E] <-> [B, L, H, E]
-_INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")   # touch no bytes
 
 
 def _copy(g):
@@ -189,7 +189,7 @@ def _redirect(ops, a, i: int, w, base, view_t, copy) -> bool:
         return False
     box = box_in(w, base)
     for o in ops[_position(ops, a) + 1:_position(ops, copy)]:
-        if o.name in _INERT:
+        if o.name in INERT:
             continue
         for v in memrefs_used(o):
             if root(v) == base and not boxes_disjoint(box, box_in(v, base)):

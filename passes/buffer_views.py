@@ -13,6 +13,9 @@ RESHAPES = ("memref.collapse_shape", "memref.expand_shape")
 #: ops that neither read nor write any buffer's bytes (a deallocation does: it ends one):
 #: an op can move past them
 NO_MEMORY_EFFECTS = VIEW_OPS + ("memref.alloc", "arith.constant")
+#: ops that may lie between two ops without touching a byte either of them uses (a
+#: deallocation included: nothing uses its buffer after it)
+INERT = NO_MEMORY_EFFECTS + ("memref.dealloc",)
 
 
 def root(v):

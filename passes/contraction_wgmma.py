@@ -281,8 +281,6 @@ def stages_output(con: Contraction, k: _Kernel) -> bool:
     """Whether the tile is written through shared memory (:func:`_staged_epilogue`): a
     just-zeroed output written rounded to bf16 (``narrowed_by``), whose columns are its
     contiguous dimension in groups of 8 aligned elements, no split-K."""
-    from mlir import ir
-
     return stages(con, k.splits) and k.overwrite
 
 
@@ -327,28 +325,29 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
     whole = k.con.size("m") % BM == 0 and k.con.size("n") % bn == 0
     group = epilogue_readers.GROUP if reader is not None and whole else 1
     for first in range(0, pieces, group):
-        placed = []
+        placed = []                   # [row, col, value, index, reader inputs] a piece
         for q in range(first, min(first + group, pieces)):
             piece = t.add(tid, q * THREADS)
             r = t.arith("divui", piece, per_row)
             c = t.mul(t.arith("remui", piece, per_row), 8)
             v = t.emit(f"vector.load {sm}[{t.add(t.mul(r, pitch), c)}] {{alignment = 16}} : "
                        f"{sm_type}, vector<8xbf16>")
-            placed.append((t.add(m0, r), t.add(n0, c), v))
-            if group > 1:
-                row, col, _ = placed[-1]
+            row, col = t.add(m0, r), t.add(n0, c)
+            index = loaded = None
+            if group > 1:             # loaded ahead (no guard: whole tiles)
                 index = output_index(k, batch, row, col)
-                placed[-1] += (index, epilogue_readers.load_piece(t, con, reader, names, index))
-        for item in placed:
-            row, col, v = item[:3]
+                loaded = epilogue_readers.load_piece(t, con, reader, names, index)
+            placed.append((row, col, v, index, loaded))
+        for row, col, v, index, loaded in placed:
             cond = open_edge_guard(t, k, row, col)
-            index = item[3] if group > 1 else output_index(k, batch, row, col)
+            if index is None:
+                index = output_index(k, batch, row, col)
             if reader is None or reader.store_product:
                 t.line(f"vector.store {v}, %C[{index}] {{alignment = 16}} : {con.c.type}, "
                        "vector<8xbf16>")
             if reader is not None:    # the elementwise op after the product, on these 8
-                loaded = item[4] if group > 1 else \
-                    epilogue_readers.load_piece(t, con, reader, names, index)
+                if loaded is None:
+                    loaded = epilogue_readers.load_piece(t, con, reader, names, index)
                 epilogue_readers.emit_piece(t, con, reader, names, index, v, loaded)
             if cond is not None:
                 t.line("}")

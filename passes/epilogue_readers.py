@@ -16,9 +16,10 @@ layer at TinyMoE B32).
 
 Applies when (:func:`match`): the reader is the first op after the product that touches
 its output (passed over: allocations, views, constants, the product's own rounding copy,
-which the kernel writes, and at most 8 other ops that share no byte with the reader's
-buffers — it now runs before them: the next product's zero fill); it reads the product's bf16 output as one input; every operand of it has the
-output's shape and the same indexing map (a permutation), so that one index list addresses
+which the kernel writes, and at most 256 other ops that define no values and share no
+byte with the reader's buffers — it now runs before them: the next product's zero fill,
+or for a gradient accumulator the rest of the backward pass); it reads the product's bf16
+output as one input; every operand of it has the output's shape and the same indexing map (a permutation), so that one index list addresses
 an element of each; its other operands have the identity layout and bf16 or f32 elements;
 its body is ``arith`` / ``math`` ops of its input elements (no ``linalg.index``, no output
 element read); an output is either one of its inputs (written in place: the thread reads
@@ -39,14 +40,13 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import operation as _op
-from latch.passes.buffer_views import VIEW_OPS, arena_span, held_users, identity_layout, \
-    may_share_bytes, memrefs_used, root, slots_overlap
+from latch.passes.buffer_views import INERT, held_users, identity_layout, may_share_bytes, \
+    memrefs_used, root
 
 PLACEHOLDER = "latch.epilogue_reader"   # one element's reader body, expanded after parsing
 LANES = 8                               # a staged-epilogue piece: 8 bf16 columns, 16 bytes
 #: pieces whose reader inputs a thread loads before it computes and stores any of them
 GROUP = 4
-_INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")
 _ELEMENTS = ("bf16", "f32")
 _MAX_BETWEEN = 256                      # other ops the reader may be moved across
 
@@ -85,7 +85,7 @@ def match(con, factors) -> Reader | None:
     ops = [_op(o) for o in product.operation.block.operations]
     at = next(i for i, o in enumerate(ops) if o == product)
     for o in ops[at + 1:]:
-        if o in skip or o.name in _INERT:
+        if o in skip or o.name in INERT:
             continue
         if any(may_share_bytes(v, c) for v in memrefs_used(o)):
             g = o                                    # the first op to touch the product
@@ -123,19 +123,12 @@ def match(con, factors) -> Reader | None:
         if o.regions or o.name.split(".")[0] not in ("arith", "math"):
             return None
     if any(hasattr(v.owner, "arguments") or _op(v.owner).name != "arith.constant"
-           for v in _outside_values(g, n_in, body)):
+           for v in _outside_values(g, body)):
         return None                                  # only constants can be cloned in
     # outputs: in place over an input, or apart from every input; never over a factor
-    for out in outs:
-        if out in ins:
-            continue
-        span = arena_span(out)
-        if any(root(out) == root(v) or slots_overlap(span, arena_span(v)) for v in ins):
-            return None
-    for out in outs:
-        span = arena_span(out)
-        if any(root(out) == root(f) or slots_overlap(span, arena_span(f)) for f in factors):
-            return None
+    if any(any(may_share_bytes(out, v) for v in ins) for out in outs if out not in ins) or \
+            any(may_share_bytes(out, f) for out in outs for f in factors):
+        return None
     # the ops passed over touch none of the reader's buffers (it may run before them) and
     # define no values (the allocations and views moved in front of the product for its
     # launch depend on nothing they define)
@@ -146,20 +139,6 @@ def match(con, factors) -> Reader | None:
     later = [u for u, h in held_users(root(c), g) if g.is_before_in_block(h)]
     store = c not in outs and bool(later)
     return Reader(g, n_in, operands, body[:-1], store)
-
-
-def hoist_definitions(con, reader: Reader) -> None:
-    """Move the allocations, views and constants between the product and its reader in
-    front of the product: the product's launch, made in its place, takes the reader's
-    buffers as arguments."""
-    product = _op(con.op)
-    ops = [_op(o) for o in product.operation.block.operations]
-    at = next(i for i, o in enumerate(ops) if o == product)
-    for o in ops[at + 1:]:
-        if o == reader.generic:
-            break
-        if o.name in VIEW_OPS + ("memref.alloc", "arith.constant"):
-            o.move_before(product)
 
 
 def kernel_operands(con, reader: Reader) -> dict:
@@ -238,7 +217,7 @@ def expand(kernel_module, reader: Reader) -> None:
     ops = [_op(o) for o in block.operations]
     args = list(block.arguments)[:reader.n_inputs]
     yielded = list(ops[-1].operands)
-    outside = _outside_values(g, reader.n_inputs, ops)
+    outside = _outside_values(g, ops)
     for ph in found:
         mapping = dict(zip(args, ph.operands))
         with ir.InsertionPoint(ph), ph.location:
@@ -250,7 +229,7 @@ def expand(kernel_module, reader: Reader) -> None:
         ph.erase()
 
 
-def _outside_values(g, n_inputs: int, body: list) -> list:
+def _outside_values(g, body: list) -> list:
     """Values that the body ops ``body`` of generic ``g`` (its yield included) use or
     yield and that are defined outside it."""
     block = g.regions[0].blocks[0]

@@ -70,8 +70,8 @@ import math
 
 from latch.passes.base import ModulePass, element_bits, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
-from latch.passes.buffer_views import (VIEW_OPS, arena_span, held_users, last_writer, root,
-                                       slots_overlap, users)
+from latch.passes.buffer_views import (INERT, NO_MEMORY_EFFECTS, arena_span,
+                                       held_users, last_writer, root, slots_overlap, users)
 from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation, \
     used_only_rounded_to_bf16
 from latch.passes import fixed_point_scatter as fixed_point
@@ -343,7 +343,6 @@ def match_contraction(op) -> Contraction | None:
 
 
 # ops that may lie between a product and the rounding of its output that it takes over
-_INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")
 
 
 def hoist_narrowed_outputs(block) -> None:
@@ -397,7 +396,7 @@ def _narrowing_reader(con: Contraction, check_slots: bool = True):
     for between in ops[at + 1:]:
         if between == g:
             break
-        if between.name not in _INERT:
+        if between.name not in INERT:
             return None
     else:
         return None
@@ -489,14 +488,16 @@ def _round_in_place(con: Contraction, readers):
     return rounded
 
 
-def _hoist_between(op, later) -> None:
-    """Move the (inert) ops between ``op`` and ``later`` in front of ``op``."""
+def _hoist_between(op, later, only: tuple | None = None) -> None:
+    """Move the (inert) ops between ``op`` and ``later`` in front of ``op`` (``only``: just
+    those with these names)."""
     ops = [_op(o) for o in op.operation.block.operations]
     at = next(i for i, o in enumerate(ops) if o == op)
     for between in ops[at + 1:]:
         if between == later:
             break
-        between.move_before(op)
+        if only is None or between.name in only:
+            between.move_before(op)
 
 
 def _zeroing_ops(op, c) -> list | None:
@@ -1397,7 +1398,8 @@ class FormContractionKernels(ModulePass):
                 reader = epilogue_readers.match(con, list(con.inputs) + list(con.captured))
                 if reader is not None:      # the op after it, computed in its epilogue
                     con.reader = reader
-                    epilogue_readers.hoist_definitions(con, reader)
+                    # the allocations and views of its buffers before the launch
+                    _hoist_between(con.op, reader.generic, only=NO_MEMORY_EFFECTS)
                     if con.skip is not None:    # its buffers before the extents (last)
                         con.captured = [v for v in con.captured if v != con.skip.extents]
                     epilogue_readers.kernel_operands(con, reader)

@@ -107,7 +107,7 @@ def rounded_copy(sc: Scatter):
     buffers that die before the copy)."""
     from mlir import ir
 
-    from latch.passes.form_contraction_kernels import _INERT
+    from latch.passes.buffer_views import INERT
     con = sc.con
     op, c = con.op, con.c
     if con.zeroed_by is None or hasattr(c.owner, "arguments") or \
@@ -152,7 +152,7 @@ def rounded_copy(sc: Scatter):
     if any(slots_overlap(span, arena_span(v)) for v in reads):
         return None
     for between in ops[at + 1:next(i for i, o in enumerate(ops) if o == g_holder)]:
-        if between.name in _INERT:
+        if between.name in INERT:
             continue
         for v in between.operands:
             if isinstance(v.type, ir.MemRefType) and (

@@ -27,14 +27,11 @@ import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.generic_body import elementwise_output, segments
-from latch.passes.buffer_views import (RESHAPES, VIEW_OPS, arena_span, block_position,
+from latch.passes.buffer_views import (INERT, RESHAPES, arena_span, block_position,
                                        box_in, boxes_disjoint, generic_reads, identity_layout,
                                        memrefs_in_body, memrefs_used, root, slots_overlap,
                                        users)
 from latch.passes.zero_fills import copy_pair
-
-# ops that may lie between a generic and the copy of its result
-_INERT = VIEW_OPS + ("memref.alloc", "memref.dealloc", "arith.constant")
 
 
 def _reshaped_to(view, shape_of, reshape):
@@ -159,7 +156,7 @@ def _clear_between(writer, copy, ops, position, dest, box):
         return None
     moved, seen = [], False      # a fill moves only if nothing touched dest before it
     for op in [writer] + ops[position[writer] + 1:position[copy]]:
-        if op.name in _INERT:
+        if op.name in INERT:
             continue
         touched = [v for v in (generic_reads(op) if op == writer else memrefs_used(op))
                    if root(v) == dest]

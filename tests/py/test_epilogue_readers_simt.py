@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from latch.passes import epilogue_readers
 from test_empty_rows_simt import MoELayer, _form, _inputs, _same_bits
 
 
@@ -25,8 +26,6 @@ def _launches(text: str) -> int:
 
 
 def test_moe_update_with_swiglu_in_the_products_epilogues(tmp_path, monkeypatch):
-    import torch
-
     model, x, y, runs = _same_bits(MoELayer, _inputs, _form_readers, tmp_path, monkeypatch)
     fused, apart = runs[True][3], runs[False][3]
     assert _launches(fused) == _launches(apart) - 2, (_launches(fused), _launches(apart))
@@ -43,7 +42,6 @@ def test_moe_update_with_swiglu_in_the_products_epilogues(tmp_path, monkeypatch)
     for (name, p), p_new in zip(ref.named_parameters(), new):
         err = float(((p.detach() - p_new) - p.grad).norm() / p.grad.norm())
         assert err < 0.05, (name, err)
-    del torch
 
 
 def test_swiglu_mlp_whole_tiles_load_before_they_store(tmp_path, monkeypatch):
@@ -73,13 +71,7 @@ def test_swiglu_mlp_whole_tiles_load_before_they_store(tmp_path, monkeypatch):
         body = p.split("gpu.barrier")[-1]
         before = body[:body.index("vector.store")]
         ahead.append(len(re.findall(r"vector\.load %arg\d+\[", before)))
-    assert max(ahead) >= epilogue_group(), ahead
-
-
-def epilogue_group() -> int:
-    from latch.passes import epilogue_readers
-
-    return epilogue_readers.GROUP
+    assert max(ahead) >= epilogue_readers.GROUP, ahead
 
 
 def test_accumulating_variant_sums_gradients_in_the_products_epilogues(tmp_path,
