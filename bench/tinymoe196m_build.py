@@ -69,12 +69,14 @@ kernels between the expert products loading their inputs in the capacity rows pa
 expert's extent too (``latch-form-contraction-kernels{empty-row-loads=false}``, the default
 before the tenth stop), ``-readerapart`` the tied
 embedding's gradient sum (LM head + embedding) in a pass of its own after the embedding's
-gather (``latch-form-contraction-kernels{gather-readers=false}``), the on-switch
-``-epiloguereaders`` the elementwise op right after a product (the SwiGLU forward and
-backward, the selective update's gradient accumulations) computed in the product's
-epilogue instead of a launch of its own
-(``latch-form-contraction-kernels{epilogue-readers=true}``: the same bits, not yet measured
-on a GPU) — the same workload, run by
+gather (``latch-form-contraction-kernels{gather-readers=false}``), ``-noepiloguereaders``
+every elementwise op right after a product in a launch of its own
+(``latch-form-contraction-kernels{epilogue-readers=none}``; by default, "large", the
+SwiGLU backward of B32 is computed in its product's epilogue), the on-switch
+``-allepiloguereaders`` every such op that matches in the product's epilogue (the SwiGLU
+forward too, B2's, the selective update's gradient accumulations:
+``epilogue-readers=all``; the thirteenth stop's ``-epiloguereaders`` builds) — the same
+workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
@@ -143,8 +145,10 @@ OFF_SWITCHES = {
                       "gather-lanes=false"),
     "readerapart": ("latch-form-kernels", "latch-form-contraction-kernels",
                     "gather-readers=false"),
-    "epiloguereaders": ("latch-form-kernels", "latch-form-contraction-kernels",
-                        "epilogue-readers=true"),
+    "noepiloguereaders": ("latch-form-kernels", "latch-form-contraction-kernels",
+                          "epilogue-readers=none"),
+    "allepiloguereaders": ("latch-form-kernels", "latch-form-contraction-kernels",
+                           "epilogue-readers=all"),
 }
 
 

@@ -1,6 +1,6 @@
 """Elementwise readers of a product computed in its epilogue (part of
-``latch-form-contraction-kernels``, option ``epilogue-readers``; off by default until it is
-measured on a GPU: the thirteenth stop got no device time).
+``latch-form-contraction-kernels``, option ``epilogue-readers``: by default only those that
+measured faster, :func:`pays`).
 
 The wgmma kernel writes a bf16 output through shared memory (``contraction_wgmma.
 _staged_epilogue``): each thread ends holding 8 consecutive columns of one output row.  When
@@ -49,6 +49,12 @@ LANES = 8                               # a staged-epilogue piece: 8 bf16 column
 GROUP = 4
 _ELEMENTS = ("bf16", "f32")
 _MAX_BETWEEN = 256                      # other ops the reader may be moved across
+
+#: ``epilogue-readers`` values (:func:`pays`)
+POLICIES = ("large", "all", "none")
+#: blocks (of one per SM: the stages take 128-192 KiB) a product's grid needs for "large":
+#: four waves on the 132 SMs of an H100 / H200
+MIN_BLOCKS = 4 * 132
 
 
 @dataclasses.dataclass
@@ -139,6 +145,30 @@ def match(con, factors) -> Reader | None:
     later = [u for u, h in held_users(root(c), g) if g.is_before_in_block(h)]
     store = c not in outs and bool(later)
     return Reader(g, n_in, operands, body[:-1], store)
+
+
+def pays(reader: Reader, grid, policy: str) -> bool:
+    """Whether the product whose launch has ``grid`` computes ``reader`` in its epilogue
+    under ``policy`` (one of :data:`POLICIES`).
+
+    "large": only where the product's own value is no longer stored and its grid has at
+    least :data:`MIN_BLOCKS` blocks.  The epilogue runs after the block's k-loop in a block
+    that holds its SM alone, so the reader's loads and stores are not overlapped with
+    multiplies; what the fusion saves is the product's bytes (written and read again when
+    nothing reads it later, read again otherwise) and a launch.  Measured on an H100 (the
+    thirteenth stop's builds, TinyMoE B32, per launch, bench/results/profile-tinymoe196m-
+    b32-bf16-epiloguereaders-815df27-h100.json against …-8562828-h100.json): the SwiGLU
+    backward (product unstored, 2560 blocks) 0.207 + 0.256 ms apart -> 0.423 fused (−0.040);
+    the SwiGLU forward (product stored, read by the backward) 0.2365 + 0.155 -> 0.419
+    (+0.028); TinyMoE B2 (expert products of 160 blocks) 3.8% slower with every reader
+    fused, the selective-updates program (small weight gradients adding to accumulators)
+    5.87 vs 5.49 ms a microbatch.  "all": every reader :func:`match` finds."""
+    if policy == "none":
+        return False
+    if policy == "all":
+        return True
+    blocks = grid[0] * grid[1] * grid[2]
+    return not reader.store_product and blocks >= MIN_BLOCKS
 
 
 def kernel_operands(con, reader: Reader) -> dict:

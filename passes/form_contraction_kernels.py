@@ -68,6 +68,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from latch.errors import PipelineError
 from latch.passes.base import ModulePass, element_bits, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
 from latch.passes.buffer_views import (INERT, NO_MEMORY_EFFECTS, arena_span,
@@ -1299,11 +1300,18 @@ class FormContractionKernels(ModulePass):
     #: a gather also adds the term of the elementwise generic right after it that adds one
     #: to its output in place (one_hot_gather.additive_reader); false: that pass stays
     gather_readers: bool = True
-    #: the elementwise op right after a product with a staged bf16 output (the SwiGLU
-    #: backward after the experts' input gradient) computed in the product's epilogue
-    #: (passes/epilogue_readers.py); false: it keeps its own launch.  Off by default until
-    #: it is measured on a GPU (the same bits either way; build suffix -epiloguereaders)
-    epilogue_readers: bool = False
+    #: which elementwise ops right after a product with a staged bf16 output (the SwiGLU
+    #: backward after the experts' input gradient) its epilogue computes
+    #: (passes/epilogue_readers.py, :data:`epilogue_readers.POLICIES`): "large" those
+    #: that leave the product unstored on a grid of several waves, "all" every one that
+    #: matches, "none" none (the same bits either way)
+    epilogue_readers: str = "large"
+
+    def __post_init__(self):
+        if self.epilogue_readers not in epilogue_readers.POLICIES:
+            raise PipelineError(
+                f"pass '{self.name}': epilogue-readers={self.epilogue_readers} is not one of "
+                + ", ".join(epilogue_readers.POLICIES))
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -1394,9 +1402,10 @@ class FormContractionKernels(ModulePass):
                     con.narrowed_by, con.c = rounding[0][0], _round_in_place(con, rounding)
                     con.reader_rounds = f32_out
                     text, grid, block, shared = make(con, name)
-            if self.epilogue_readers and wgmma and wg.stages(con, splits):
+            if self.epilogue_readers != "none" and wgmma and wg.stages(con, splits):
                 reader = epilogue_readers.match(con, list(con.inputs) + list(con.captured))
-                if reader is not None:      # the op after it, computed in its epilogue
+                if reader is not None and epilogue_readers.pays(
+                        reader, grid, self.epilogue_readers):   # computed in its epilogue
                     con.reader = reader
                     # the allocations and views of its buffers before the launch
                     _hoist_between(con.op, reader.generic, only=NO_MEMORY_EFFECTS)

@@ -259,7 +259,7 @@ def test_elementwise_kernels_load_only_rows_before_the_extent(tmp_path, monkeypa
     Same bits as loading every row, and the loads are guarded only with the option."""
     def form_of(loads: bool) -> str:      # the SwiGLU in kernels of its own, not in the
         return _form(True).replace(        # products' epilogues (epilogue-readers)
-            "empty-rows=true", "empty-rows=true epilogue-readers=false empty-row-loads="
+            "empty-rows=true", "empty-rows=true epilogue-readers=none empty-row-loads="
             + str(loads).lower())
     _, _, _, runs = _same_bits(MoELayer, _inputs, form_of, tmp_path, monkeypatch)
     skipping, loading = _guarded_loads(runs[True][3]), _guarded_loads(runs[False][3])

@@ -1,12 +1,12 @@
-// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=true})' | FileCheck %s
-// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=false})' | FileCheck %s --check-prefix=APART
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=all})' | FileCheck %s
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=none})' | FileCheck %s --check-prefix=APART
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a})' | FileCheck %s --check-prefix=APART
 // The SwiGLU forward after its up product: the product (a wgmma kernel writing its output
 // rounded to bf16 through shared memory) computes the elementwise op that reads it in its
 // epilogue: the gate loaded at each thread's 8 elements, silu(gate) * up stored; the
 // product's own value is not stored (nothing reads it after).  With
-// epilogue-readers=false (the default until it is measured on a GPU) the op stays, a
-// generic of its own after the launch.
+// epilogue-readers=none, and by default here (a one-block grid: see
+// latch-epilogue-readers-policy.mlir), the op stays, a generic of its own after the launch.
 
 #mA = affine_map<(m, n, k) -> (m, k)>
 #mB = affine_map<(m, n, k) -> (n, k)>
