@@ -188,6 +188,12 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
                 copy_chunk(t, how, f"%I{i}[{k.indices(i, dims)}]", mtype, f"{sm}[{dst}]",
                            sm_type)
 
+    reader = getattr(con, "reader", None)
+    if reader is not None and reader.prefetch and stages_output(con, k):
+        # the epilogue's other inputs asked of L2 while the block multiplies
+        epilogue_readers.prefetch_rows(
+            t, k, con, reader, epilogue_readers.kernel_operands(con, reader), tid,
+            lambda row, col: output_index(k, batch, row, col), BM, bn)
     # the k-tile loop over this block's tiles (all, or its split-K slice)
     lo, hi = k_tile_range(t, k, K // BK)
     acc_type = "!llvm.struct<(" + ", ".join(["f32"] * (bn // 2)) + ")>"

@@ -68,6 +68,7 @@ class Reader:
     operands: list
     body: list
     store_product: bool
+    prefetch: bool = False     # its other inputs' tile rows prefetched to L2 (prefetch_rows)
 
     def inputs(self) -> list:
         return self.operands[:self.n_inputs]
@@ -183,6 +184,64 @@ def kernel_operands(con, reader: Reader) -> dict:
             con.captured = list(con.captured) + [v]
         names[v] = f"%X{next(j for j, w in enumerate(con.captured) if w == v)}"
     return names
+
+
+#: bytes of an element of the reader operands' types
+_BYTES = {"bf16": 2, "f32": 4}
+
+
+def prefetch_rows(t, k, con, reader: Reader, names: dict, tid: str, index_of, rows: int,
+                  bn: int) -> None:
+    """Text asking L2 for the rows of the block's output tile in each of the reader's
+    inputs other than the product, before the k-loop: the epilogue then reads them from
+    L2, its DRAM traffic overlapped with the multiplies instead of after them (the epilogue
+    runs in a block that holds its SM alone).  One ``cp.async.bulk.prefetch.L2`` of a row's
+    ``bn`` columns (the output's last dimension, contiguous in these identity-layout
+    buffers) per thread: input q by the threads of half ``q % 2`` of the block, row
+    ``tid % rows``; rows past the output's, and columns past its width, are not asked for.
+    ``index_of(row, col)`` is the output's index list there (the operands share it).
+    Nothing when the tile's columns are not one dimension of the output."""
+    from mlir import ir
+
+    ns = con.groups["n"]
+    if len(ns) != 1 or con.maps[-1][-1] != ("d", ns[0]):
+        return
+    m, n = con.size("m"), con.size("n")
+    inputs = []
+    for v in reader.inputs():
+        if v != con.c and v not in inputs:
+            inputs.append(v)
+    if not inputs:
+        return
+    r = t.arith("remui", tid, rows)
+    half = t.arith("divui", tid, rows)
+    row = t.add(k.m0, r)
+    for q, v in enumerate(inputs):
+        vt = ir.MemRefType(v.type)
+        eb = _BYTES[str(vt.element_type)]
+        cond = t.emit(f"arith.cmpi eq, {half}, {t.const(q % 2)} : index")
+        if m % rows:
+            inside = t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index")
+            cond = t.emit(f"arith.andi {cond}, {inside} : i1")
+        t.line(f"scf.if {cond} {{")
+        strides, step = [], 1
+        for size in reversed(list(vt.shape)):
+            strides.insert(0, step)
+            step *= size
+        linear = None
+        for i, stride in zip(index_of(row, k.n0).split(", "), strides):
+            term = t.mul(i, stride)
+            linear = term if linear is None else t.add(linear, term)
+        base = t.emit(f"memref.extract_aligned_pointer_as_index {names[v]} : {v.type} -> index")
+        at = t.emit(f"arith.index_cast {t.add(base, t.mul(linear, eb))} : index to i64")
+        ptr = t.emit(f"llvm.inttoptr {at} : i64 to !llvm.ptr<1>")
+        if n % bn:
+            cols = t.arith("minui", t.arith("subi", t.const(n), k.n0), bn)
+            size = t.emit(f"arith.index_cast {t.mul(cols, eb)} : index to i32")
+        else:
+            size = t.const(bn * eb, "i32")
+        t.line(f"nvvm.cp.async.bulk.prefetch {ptr}, {size} : !llvm.ptr<1>")
+        t.line("}")
 
 
 def load_piece(t, con, reader: Reader, names: dict, index: str) -> dict:

@@ -1306,6 +1306,9 @@ class FormContractionKernels(ModulePass):
     #: that leave the product unstored on a grid of several waves, "all" every one that
     #: matches, "none" none (the same bits either way)
     epilogue_readers: str = "large"
+    #: such a product asks L2 for its reader's other inputs before its k-loop
+    #: (epilogue_readers.prefetch_rows); false: the epilogue loads them from memory
+    epilogue_prefetch: bool = True
 
     def __post_init__(self):
         if self.epilogue_readers not in epilogue_readers.POLICIES:
@@ -1407,6 +1410,7 @@ class FormContractionKernels(ModulePass):
                 if reader is not None and epilogue_readers.pays(
                         reader, grid, self.epilogue_readers):   # computed in its epilogue
                     con.reader = reader
+                    reader.prefetch = self.epilogue_prefetch
                     # the allocations and views of its buffers before the launch
                     _hoist_between(con.op, reader.generic, only=NO_MEMORY_EFFECTS)
                     if con.skip is not None:    # its buffers before the extents (last)

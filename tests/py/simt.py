@@ -63,6 +63,7 @@ class _Ty:
 _TYPES: dict = {}
 _DYN = -9223372036854775808       # ShapedType::kDynamic
 _SHARED_BASE = 16                  # the shared-window address of dynamic shared memory
+_GLOBAL_SPACING = 1 << 40            # apart: the made-up addresses of global buffers
 
 
 def _ty(t) -> _Ty:
@@ -102,6 +103,11 @@ def _width(e: str) -> int:
     if e.startswith("i"):
         return int(e[1:])
     return {"f32": 32, "bf16": 16, "f16": 16, "f64": 64}[e]
+
+
+def _elem_bytes(e: str) -> int:
+    """Bytes of an element type (``bf16`` 2, ``i1`` 1)."""
+    return max(1, int("".join(c for c in e if c.isdigit())) // 8)
 
 
 def _dtype(e: str):
@@ -653,6 +659,7 @@ _PURE = {
         a[0], _ints(o.op.attributes["position"])[0], a[1]),
     "llvm.mlir.undef": lambda o, a, at, rt: (None,) * _struct_fields(rt[0].text),
     "llvm.mlir.constant": _const_op,
+    "llvm.inttoptr": lambda o, a, at, rt: np.asarray(a[0]).astype(np.int64),
 }
 
 
@@ -1401,11 +1408,36 @@ class Simt:
     def _k_aligned_pointer(self, o, env, mask):
         """The address of a workgroup buffer: dynamic shared memory starts at
         ``_SHARED_BASE`` (16-byte, not 1024-byte aligned, as the driver may place it), so a
-        kernel that needs more alignment must round it up itself."""
+        kernel that needs more alignment must round it up itself.  A global buffer's
+        address is a made-up one, ``_GLOBAL_SPACING`` apart, for what only takes an
+        address (an L2 prefetch, checked to stay inside the buffer); no load goes through
+        it."""
         ref = env[o.ins[0]]
-        assert ref.mem.shared_blocks is not None and ref.mem is self.dyn_raw, \
-            "extract_aligned_pointer_as_index of anything but dynamic shared memory"
+        if ref.mem.shared_blocks is None:
+            spans = self.__dict__.setdefault("global_spans", {})
+            if id(ref.mem) not in spans:
+                spans[id(ref.mem)] = ((len(spans) + 1) * _GLOBAL_SPACING,
+                                      ref.mem.data.size * _elem_bytes(ref.mem.elem))
+            env[o.outs[0]] = np.int64(spans[id(ref.mem)][0] +
+                                      ref.offset * _elem_bytes(ref.mem.elem))
+            return
+        assert ref.mem is self.dyn_raw, \
+            "extract_aligned_pointer_as_index of a workgroup buffer other than dynamic " \
+            "shared memory"
         env[o.outs[0]] = np.int64(_SHARED_BASE + ref.offset)
+
+    def _k_bulk_prefetch(self, o, env, mask):
+        """cp.async.bulk.prefetch.L2: changes no value; each active thread's
+        [address, address + size) must be 16-byte aligned and inside one global buffer
+        (an address of :meth:`_k_aligned_pointer`)."""
+        ptr = np.broadcast_to(np.asarray(env[o.ins[0]], np.int64), mask.shape)[mask]
+        size = np.broadcast_to(np.asarray(env[o.ins[1]], np.int64), mask.shape)[mask]
+        spans = list(self.__dict__.get("global_spans", {}).values())
+        for p, n in zip(ptr.tolist(), size.tolist()):
+            assert p % 16 == 0 and n % 16 == 0 and n > 0, \
+                f"bulk prefetch of {n} bytes at {p:#x}: not 16-byte aligned"
+            assert any(b <= p and p + n <= b + total for b, total in spans), \
+                f"bulk prefetch of [{p:#x}, {p + n:#x}) outside every global buffer"
 
     def _k_fence_proxy(self, o, env, mask):
         """fence.proxy.async: this thread's earlier shared-memory writes become visible to
@@ -1687,6 +1719,7 @@ _KERNEL = {
     "nvgpu.ldmatrix": Simt._k_ldmatrix, "nvgpu.mma.sync": Simt._k_nvgpu_mma,
     "nvvm.mma.sync": Simt._k_nvvm_mma,
     "memref.extract_aligned_pointer_as_index": Simt._k_aligned_pointer,
+    "nvvm.cp.async.bulk.prefetch": Simt._k_bulk_prefetch,
     "nvvm.fence.proxy": Simt._k_fence_proxy,
     "nvvm.wgmma.fence.aligned": Simt._k_wgmma_fence,
     "nvvm.wgmma.mma_async": Simt._k_wgmma,

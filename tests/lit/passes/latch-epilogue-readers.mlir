@@ -3,7 +3,8 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a})' | FileCheck %s --check-prefix=APART
 // The SwiGLU forward after its up product: the product (a wgmma kernel writing its output
 // rounded to bf16 through shared memory) computes the elementwise op that reads it in its
-// epilogue: the gate loaded at each thread's 8 elements, silu(gate) * up stored; the
+// epilogue: the gate loaded at each thread's 8 elements (its tile's rows asked of L2 before
+// the k-loop), silu(gate) * up stored; the
 // product's own value is not stored (nothing reads it after).  With
 // epilogue-readers=none, and by default here (a one-block grid: see
 // latch-epilogue-readers-policy.mlir), the op stays, a generic of its own after the launch.
@@ -18,6 +19,9 @@
 // CHECK-NOT: linalg.generic
 // CHECK: gpu.module @latch_contract_0
 // CHECK: gpu.func @contract(%{{.*}}: memref<128x64xbf16>, %{{.*}}: memref<256x64xbf16>, %[[C:.*]]: memref<128x256xbf16>, %[[XG:.*]]: memref<128x256xbf16>, %[[XH:.*]]: memref<128x256xbf16>)
+// CHECK: memref.extract_aligned_pointer_as_index %[[XG]]
+// CHECK: nvvm.cp.async.bulk.prefetch %{{.*}}, %{{.*}} : <1>
+// CHECK: scf.for
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK-NOT: vector.store {{.*}}, %[[C]]
 // CHECK: vector.load %[[XG]]
