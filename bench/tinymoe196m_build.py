@@ -76,8 +76,8 @@ SwiGLU backward of B32 is computed in its product's epilogue), the on-switch
 ``-allepiloguereaders`` every such op that matches in the product's epilogue (the SwiGLU
 forward too, B2's, the selective update's gradient accumulations:
 ``epilogue-readers=all``; the thirteenth stop's ``-epiloguereaders`` builds),
-``-noprefetch`` those epilogues loading their reader's other inputs from memory instead of
-asking L2 for them before the k-loop (``epilogue-prefetch=false``) — the same
+the on-switch ``-prefetch`` those products asking L2 for their reader's other inputs
+before the k-loop (``epilogue-prefetch=true``: slower on an H100) — the same
 workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
@@ -151,8 +151,8 @@ OFF_SWITCHES = {
                           "epilogue-readers=none"),
     "allepiloguereaders": ("latch-form-kernels", "latch-form-contraction-kernels",
                            "epilogue-readers=all"),
-    "noprefetch": ("latch-form-kernels", "latch-form-contraction-kernels",
-                   "epilogue-prefetch=false"),
+    "prefetch": ("latch-form-kernels", "latch-form-contraction-kernels",
+                 "epilogue-prefetch=true"),
 }
 
 

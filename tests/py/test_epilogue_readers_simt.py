@@ -17,9 +17,10 @@ from test_empty_rows_simt import MoELayer, _form, _inputs, _same_bits
 
 def _form_readers(on: bool) -> str:
     """Every reader that matches in its product's epilogue ("all": these products are
-    too small for the default's grid size, epilogue_readers.pays), or none."""
+    too small for the default's grid size, epilogue_readers.pays; its inputs prefetched to
+    L2, off by default), or none."""
     return _form(True).replace("empty-rows=true", "empty-rows=true epilogue-readers="
-                               + ("all" if on else "none"))
+                               + ("all epilogue-prefetch=true" if on else "none"))
 
 
 def _launches(text: str) -> int:

@@ -1,10 +1,11 @@
-// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=all})' | FileCheck %s
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=all epilogue-prefetch=true})' | FileCheck %s
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=all})' | FileCheck %s --check-prefix=NOPREFETCH
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a epilogue-readers=none})' | FileCheck %s --check-prefix=APART
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a})' | FileCheck %s --check-prefix=APART
 // The SwiGLU forward after its up product: the product (a wgmma kernel writing its output
 // rounded to bf16 through shared memory) computes the elementwise op that reads it in its
-// epilogue: the gate loaded at each thread's 8 elements (its tile's rows asked of L2 before
-// the k-loop), silu(gate) * up stored; the
+// epilogue: the gate loaded at each thread's 8 elements (with epilogue-prefetch=true its
+// tile's rows asked of L2 before the k-loop), silu(gate) * up stored; the
 // product's own value is not stored (nothing reads it after).  With
 // epilogue-readers=none, and by default here (a one-block grid: see
 // latch-epilogue-readers-policy.mlir), the op stays, a generic of its own after the launch.
@@ -27,6 +28,9 @@
 // CHECK: vector.load %[[XG]]
 // CHECK: math.exp
 // CHECK: vector.store {{.*}}, %[[XH]]
+// NOPREFETCH: gpu.func @contract(
+// NOPREFETCH-NOT: cp.async.bulk.prefetch
+// NOPREFETCH: math.exp
 // APART-LABEL: func.func @swiglu_forward(
 // APART: gpu.launch_func @latch_contract_0::@contract
 // APART: linalg.generic
