@@ -10,6 +10,10 @@ graph; for GradLev the fastest PyTorch control: the closed-form step in one CUDA
 medians in ms per update (per microbatch for selective updates, per 1024-step block for
 GradLev) with min–max, the speed-up over the control, the issue's target (set on the
 H200) and the file, commit, date and GPU of the run (Latch and its control always share it).  Nothing here is typed by hand: rerun it after a new result.
+
+A run's Latch time is its ``latch`` engine's, unless one of its records carries
+``default_build`` (saying why): an A/B whose ``latch-<suffix>`` build is what main builds
+by default after the run (the step measured as ``latch`` was switched off), byte-identical.
 """
 from __future__ import annotations
 
@@ -60,6 +64,9 @@ def latest_run(workload: str, pattern: str):
     and a control's time measured in the same run (a Latch-only run is not a comparison)."""
     for path in sorted(glob.glob(os.path.join(RESULTS, pattern)), reverse=True):
         runs = {r.get("engine"): r for r in _records(path) if r.get("workload") == workload}
+        default = [r for r in runs.values() if r.get("default_build")]
+        if default:                  # the build main makes now, measured as latch-<suffix>
+            runs["latch"] = default[0]
         if "latch" in runs and _median(runs["latch"]) is not None and \
                 any(e in runs and _median(runs[e]) for e in CONTROLS):
             return os.path.basename(path), runs

@@ -47,6 +47,20 @@ def test_a_run_of_a_reverted_change_is_not_a_result(tmp_path, monkeypatch):
         "gradlev-20990101T000000Z.json"
 
 
+def test_a_default_build_measured_as_another_engine_is_latchs_time(tmp_path, monkeypatch):
+    run = [{"workload": "gradlev", "engine": "latch", "median_ms": 2.0},
+           {"workload": "gradlev", "engine": "latch-noprefetch", "median_ms": 1.5,
+            "default_build": "main builds this by default since commit X"},
+           {"workload": "gradlev", "engine": "torch-manual-graph", "median_ms": 10.0}]
+    (tmp_path / "gradlev-20990101T000000Z.json").write_text(json.dumps(run))
+    monkeypatch.setattr(results_table, "RESULTS", str(tmp_path))
+    name, runs = results_table.latest_run("gradlev", "gradlev-*.json")
+    assert runs["latch"]["median_ms"] == 1.5
+    monkeypatch.setattr(results_table, "WORKLOADS",
+                        {"gradlev": ("GradLev", "gradlev-*.json", 2.8, "block")})
+    assert "**1.50**" in results_table.table() and "6.67×" in results_table.table()
+
+
 def test_a_latch_only_run_does_not_replace_the_comparison(tmp_path, monkeypatch):
     both = [{"workload": "gradlev", "engine": "latch", "median_ms": 2.0},
             {"workload": "gradlev", "engine": "torch-manual-graph", "median_ms": 10.0}]
