@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import operation as _op
+from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import INERT, held_users, identity_layout, may_share_bytes, \
     memrefs_used, root
 
@@ -75,6 +75,14 @@ class Reader:
 
     def outputs(self) -> list:
         return self.operands[self.n_inputs:]
+
+    def other_inputs(self, product) -> list:
+        """Its inputs other than the ``product``'s output, each once."""
+        found = []
+        for v in self.inputs():
+            if v != product and v not in found:
+                found.append(v)
+        return found
 
 
 def match(con, factors) -> Reader | None:
@@ -186,10 +194,6 @@ def kernel_operands(con, reader: Reader) -> dict:
     return names
 
 
-#: bytes of an element of the reader operands' types
-_BYTES = {"bf16": 2, "f32": 4}
-
-
 def prefetch_rows(t, k, con, reader: Reader, names: dict, tid: str, index_of, rows: int,
                   bn: int) -> None:
     """Text asking L2 for the rows of the block's output tile in each of the reader's
@@ -207,10 +211,7 @@ def prefetch_rows(t, k, con, reader: Reader, names: dict, tid: str, index_of, ro
     if len(ns) != 1 or con.maps[-1][-1] != ("d", ns[0]):
         return
     m, n = con.size("m"), con.size("n")
-    inputs = []
-    for v in reader.inputs():
-        if v != con.c and v not in inputs:
-            inputs.append(v)
+    inputs = reader.other_inputs(con.c)
     if not inputs:
         return
     r = t.arith("remui", tid, rows)
@@ -218,16 +219,13 @@ def prefetch_rows(t, k, con, reader: Reader, names: dict, tid: str, index_of, ro
     row = t.add(k.m0, r)
     for q, v in enumerate(inputs):
         vt = ir.MemRefType(v.type)
-        eb = _BYTES[str(vt.element_type)]
+        eb = element_bits(vt.element_type) // 8
         cond = t.emit(f"arith.cmpi eq, {half}, {t.const(q % 2)} : index")
         if m % rows:
             inside = t.emit(f"arith.cmpi ult, {row}, {t.const(m)} : index")
             cond = t.emit(f"arith.andi {cond}, {inside} : i1")
         t.line(f"scf.if {cond} {{")
-        strides, step = [], 1
-        for size in reversed(list(vt.shape)):
-            strides.insert(0, step)
-            step *= size
+        strides, _ = vt.get_strides_and_offset()      # identity layout: offset 0
         linear = None
         for i, stride in zip(index_of(row, k.n0).split(", "), strides):
             term = t.mul(i, stride)
@@ -250,9 +248,7 @@ def load_piece(t, con, reader: Reader, names: dict, index: str) -> dict:
     from mlir import ir
 
     vectors = {}
-    for v in reader.inputs():
-        if v == con.c or v in vectors:
-            continue
+    for v in reader.other_inputs(con.c):
         elt = ir.MemRefType(v.type).element_type
         vectors[v] = t.emit(f"vector.load {names[v]}[{index}] {{alignment = 16}} : {v.type}, "
                             f"vector<{LANES}x{elt}>")

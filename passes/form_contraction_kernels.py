@@ -343,9 +343,6 @@ def match_contraction(op) -> Contraction | None:
                        indicator, _zeroing_ops(op, c))
 
 
-# ops that may lie between a product and the rounding of its output that it takes over
-
-
 def hoist_narrowed_outputs(block) -> None:
     """Move the allocation of each bf16 copy that a contraction kernel will write directly
     (:func:`_narrowing_reader`) in front of its product, so that ``latch-plan-memory``,

@@ -700,6 +700,9 @@ class Simt:
         self._kernels: dict = {}
         self.mems: list = []
         self.arguments: list = []
+        #: made-up addresses of global buffers taken by extract_aligned_pointer_as_index:
+        #: [(buffer, first byte, bytes)], _GLOBAL_SPACING apart
+        self.global_spans: list = []
 
     # -- host ------------------------------------------------------------------------
     def run(self, args, func: str | None = None):
@@ -1414,12 +1417,12 @@ class Simt:
         it."""
         ref = env[o.ins[0]]
         if ref.mem.shared_blocks is None:
-            spans = self.__dict__.setdefault("global_spans", {})
-            if id(ref.mem) not in spans:
-                spans[id(ref.mem)] = ((len(spans) + 1) * _GLOBAL_SPACING,
-                                      ref.mem.data.size * _elem_bytes(ref.mem.elem))
-            env[o.outs[0]] = np.int64(spans[id(ref.mem)][0] +
-                                      ref.offset * _elem_bytes(ref.mem.elem))
+            span = next((sp for sp in self.global_spans if sp[0] is ref.mem), None)
+            if span is None:
+                span = (ref.mem, (len(self.global_spans) + 1) * _GLOBAL_SPACING,
+                        ref.mem.data.size * _elem_bytes(ref.mem.elem))
+                self.global_spans.append(span)
+            env[o.outs[0]] = np.int64(span[1] + ref.offset * _elem_bytes(ref.mem.elem))
             return
         assert ref.mem is self.dyn_raw, \
             "extract_aligned_pointer_as_index of a workgroup buffer other than dynamic " \
@@ -1432,11 +1435,10 @@ class Simt:
         (an address of :meth:`_k_aligned_pointer`)."""
         ptr = np.broadcast_to(np.asarray(env[o.ins[0]], np.int64), mask.shape)[mask]
         size = np.broadcast_to(np.asarray(env[o.ins[1]], np.int64), mask.shape)[mask]
-        spans = list(self.__dict__.get("global_spans", {}).values())
         for p, n in zip(ptr.tolist(), size.tolist()):
             assert p % 16 == 0 and n % 16 == 0 and n > 0, \
                 f"bulk prefetch of {n} bytes at {p:#x}: not 16-byte aligned"
-            assert any(b <= p and p + n <= b + total for b, total in spans), \
+            assert any(b <= p and p + n <= b + total for _, b, total in self.global_spans), \
                 f"bulk prefetch of [{p:#x}, {p + n:#x}) outside every global buffer"
 
     def _k_fence_proxy(self, o, env, mask):
