@@ -179,7 +179,8 @@ def main(argv=None) -> int:
                       "arg_bytes": la.spec.get("arg_bytes")}
                      for i, (la, t) in enumerate(zip(launches, med))]
             json.dump({"artifact": args.artifact, "commit": os.environ.get("LATCH_COMMIT"),
-                       "gpu": torch.cuda.get_device_name(), "total_ms": total,
+                       "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "total_ms": total,
                        "critical_path_ms": path[0] if path else None,
                        "critical_path": path[1] if path else None,
                        "classes": classes, "top": top, "copy_gbs": copy_gbs,
