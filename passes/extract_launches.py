@@ -25,7 +25,10 @@ read the old state and write the new one elsewhere; a step is replayable as one 
 Each launch lists the earlier launches it must follow (``after``: for a byte it reads, the
 last earlier launch that may have written it; for a byte it may write, that one and the
 launches that read it since; passes/launch_dependencies.py), so that the runtime may run the
-others concurrently; programs with collectives keep the plain order (no ``after``).
+others concurrently, and the byte ranges it can address (``touches``: ``[space, first byte,
+end byte, may write]``, ``space`` one of ``"arena"``, ``"state i"``, ``"input i"``,
+``"output i"``), from which the runtime orders the launches of two updates in one graph
+(latch.runtime.pipelined); programs with collectives keep the plain order (neither).
 
 A buffer-form ``latch.all_reduce`` (data-parallel programs) becomes an entry of
 ``collectives``: ``{"op": "all_reduce", "reduction", "bucket", "buffer": location, "dtype",
@@ -298,7 +301,8 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
     for c in collectives:
         c["wait_before_launch"] = _first_toucher(c, touched)
     if not collectives:     # a data-parallel program keeps one stream (its reductions' waits)
-        from latch.passes.launch_dependencies import launch_dependencies, written_arguments
+        from latch.passes.launch_dependencies import written_arguments
+        from latch.runtime.dependencies import launch_dependencies
         kernels = _kernel_functions(module)
         written: dict = {}
         accesses = []
@@ -309,8 +313,9 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
                 written[key_] = written_arguments(fn) if fn is not None else None
             w = written[key_]
             accesses.append([r + (w is None or w[a],) for r, a in zip(ranges, arg_numbers)])
-        for launch, after in zip(launches, launch_dependencies(accesses)):
+        for launch, after, ranges in zip(launches, launch_dependencies(accesses), accesses):
             launch["after"] = after
+            launch["touches"] = [[space, lo, hi, write] for space, lo, hi, write in ranges]
 
     schedule = {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
                 "alignment": ALIGNMENT,

@@ -599,14 +599,12 @@ class _Variant:
         # the streams the launches go on: the launch list in order on the program's stream,
         # or spread over its side streams by their dependencies (the manifest's "after")
         after = [la.get("after") for la in spec["launches"]]
-        self.plan, self.events, self.fork = None, {}, None
+        self.plan, self.events = None, None
         if prog.side_streams and after and all(a is not None for a in after) and \
                 not spec.get("collectives"):
             self.plan = streams.plan(after, 1 + len(prog.side_streams),
                                      streams.policy_wanted())
-            self.events = {i: drv.Event(timing=False)
-                           for i, r in enumerate(self.plan.record) if r}
-            self.fork = drv.Event(timing=False)
+            self.events = streams.Events(self.plan)
 
     def setup(self, at_new: frozenset) -> _Setup:
         """The launches, copies and guard for the placement ``at_new`` (made at first use)."""
@@ -699,23 +697,9 @@ class _Variant:
             drv.memcpy_dtod(prog.status_ptr, self.flag_ptr, 4, stream, "non-finite flag")
 
     def _enqueue_planned(self, launches: list) -> None:
-        """The launches on the plan's streams: the side streams start after what the
-        program's stream holds so far, each launch first waits for its dependencies on
-        other streams, and the program's stream ends waiting for every side stream."""
-        plan, main = self.plan, self.prog.stream
-        on = [main] + self.prog.side_streams
-        self.fork.record(main)
-        for k in plan.used:
-            on[k].wait(self.fork)
-        for i, launch in enumerate(launches):
-            s = on[plan.stream[i]]
-            for d in plan.waits[i]:
-                s.wait(self.events[d])
-            launch.enqueue(s)
-            if plan.record[i]:
-                self.events[i].record(s)
-        for t in plan.tails:
-            main.wait(self.events[t])
+        """The launches on the plan's streams (:func:`latch.runtime.streams.enqueue`)."""
+        streams.enqueue(self.plan, launches, self.prog.stream, self.prog.side_streams,
+                        self.events)
 
     def run(self, stream, use_graph: bool, timings: dict,
             at_new: frozenset = frozenset()) -> None:
@@ -749,9 +733,9 @@ class _Variant:
         for t in self.tables:
             t.free()
         self.tables = []
-        for event in list(self.events.values()) + ([self.fork] if self.fork else []):
-            event.destroy()
-        self.events, self.fork = {}, None
+        if self.events is not None:
+            self.events.destroy()
+            self.events = None
 
 
 class CudaTrainingState:

@@ -122,3 +122,39 @@ def plan(after: list, streams: int = STREAMS, policy: str = "chains") -> StreamP
         record[t] = True
     used = [k for k in range(1, streams) if tail[k] is not None]
     return StreamPlan(stream, waits, record, tails, used)
+
+
+class Events:
+    """The CUDA events one enqueue of a plan records: one per launch that a launch on
+    another stream waits for (or that stream 0 joins at the end), and the fork that the
+    other streams start after.  Kept alive with the CUDA graph captured from them."""
+
+    def __init__(self, plan: StreamPlan):
+        from latch.runtime import driver as drv
+
+        self.at = {i: drv.Event(timing=False) for i, r in enumerate(plan.record) if r}
+        self.fork = drv.Event(timing=False)
+
+    def destroy(self) -> None:
+        for event in list(self.at.values()) + [self.fork]:
+            event.destroy()
+        self.at = {}
+
+
+def enqueue(plan: StreamPlan, launches: list, main, side: list, events: Events) -> None:
+    """Enqueue ``launches`` on ``main`` (stream 0) and the ``side`` streams by ``plan``: the
+    side streams start after what ``main`` holds so far, each launch first waits for its
+    dependencies on other streams, and ``main`` ends waiting for every side stream."""
+    on = [main] + list(side)
+    events.fork.record(main)
+    for k in plan.used:
+        on[k].wait(events.fork)
+    for i, launch in enumerate(launches):
+        s = on[plan.stream[i]]
+        for d in plan.waits[i]:
+            s.wait(events.at[d])
+        launch.enqueue(s)
+        if plan.record[i]:
+            events.at[i].record(s)
+    for t in plan.tails:
+        main.wait(events.at[t])

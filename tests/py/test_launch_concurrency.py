@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from latch.passes.launch_dependencies import launch_dependencies
+from latch.runtime.dependencies import launch_dependencies
 from latch.runtime.streams import plan, successors
 
 

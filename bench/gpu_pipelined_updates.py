@@ -1,0 +1,191 @@
+"""Pipelined updates measured (GPU side, runtime only): the optimizer of update t in the same
+CUDA graph as the forward and backward of update t + 1 (latch.runtime.pipelined), against
+the same artifact's updates one after the other, side by side in one run.
+
+    PYTHONPATH=.:tests/py:bench python bench/gpu_pipelined_updates.py \\
+        bench/artifacts/tinymoe196m/tinymoe196m-b2-bf16.latch=tinymoe-b2 \\
+        [ARTIFACT=WORKLOAD ...] [--updates 6] [--iters 40]
+
+For each artifact (its state initialized from the workload of bench/bf16_probe_build.py,
+rebuilt from its seed; the workload's fixed batch):
+
+1. **The same results**: ``--updates`` updates one after the other (``prog.step``, the
+   state API), from the same initial state pipelined (``PipelinedUpdates.step``, then
+   ``flush``), and one after the other again: the losses and every state tensor equal bit
+   for bit — or, for a build with float atomics (not ``deterministic=True``: two runs one
+   after the other differ too), the pipelined state no further from the first run (the
+   largest relative L2 difference of a tensor) than four times the second run is.
+2. **Time per update** (CUDA events around each call, synchronized, ``--iters`` calls, in
+   the order A B B A so that drift falls on both): ``latch`` — ``prog.step(state, ...)``,
+   the program's graph with its non-finite guard and the status read, as
+   bench/tinymoe_bench_gpu.py times it; ``latch-split`` — the step phase's graph then the
+   apply phase's graph (the same update without the guard, so the guard's share shows);
+   ``latch-pipelined`` — one steady graph a call (the previous update's apply phase and
+   this one's step phase).
+
+Prints each figure and writes the records (``workload``, ``engine``, ``median_ms``,
+``min_ms``, ``max_ms``, ``gpu``, ``torch``, ``commit``, ``date``, plus the split point and
+the equality check) to bench/results/pipelined-<date>.json (and $OUT).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+
+
+def timed(fn, n: int) -> list[float]:
+    """Milliseconds of ``n`` calls of ``fn``, each between two CUDA events, synchronized."""
+    import torch
+
+    out = []
+    for _ in range(n):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+def summary(times: list[float]) -> dict:
+    return {"median_ms": round(statistics.median(times), 4), "min_ms": round(min(times), 4),
+            "max_ms": round(max(times), 4), "iters": len(times)}
+
+
+def max_rel_diff(a: dict, b: dict) -> float:
+    """The largest relative L2 difference of a tensor of ``b`` from the same of ``a``."""
+    worst = 0.0
+    for n in a:
+        x, y = a[n].double(), b[n].double()
+        worst = max(worst, float((x - y).norm() / x.norm().clamp_min(1e-30)))
+    return worst
+
+
+def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
+    import torch
+
+    from gpu_profile_launches import loaded_with_state
+    from latch.runtime.pipelined import PipelinedUpdates
+
+    prog, state, inputs = loaded_with_state(artifact, workload)
+    initial = prog.state_dict()
+    name = os.path.basename(artifact)
+    base = dict(env, workload=workload, artifact=name, launches=len(prog.launches))
+
+    # 1. the same results: bit for bit, or (float atomics: a build that is not
+    # deterministic differs run to run) no further from one after the other than a second
+    # run one after the other is
+    def sequential():
+        prog.load_state(initial)
+        losses = [float(prog.step(state, *inputs)) for _ in range(args.updates)]
+        return losses, prog.state_dict()
+
+    runner = PipelinedUpdates(prog)
+
+    def pipelined():
+        prog.load_state(initial)
+        losses = [float(runner.step(*inputs)) for _ in range(args.updates)]
+        runner.flush()
+        return losses, prog.state_dict()
+
+    seq, want = sequential()
+    piped, got = pipelined()
+    again, want2 = sequential()
+    check = {"apply_from": runner.start, "updates_checked": args.updates,
+             "same_bits": piped == seq and all(torch.equal(want[n], got[n]) for n in want),
+             "sequential_repeatable": again == seq and all(torch.equal(want[n], want2[n])
+                                                           for n in want),
+             "max_rel_diff_pipelined": max_rel_diff(want, got),
+             "max_rel_diff_sequential_again": max_rel_diff(want, want2),
+             "losses_sequential": seq, "losses_pipelined": piped, "losses_again": again}
+    check["same_results"] = check["same_bits"] or (
+        not check["sequential_repeatable"] and
+        check["max_rel_diff_pipelined"] <= 4 * check["max_rel_diff_sequential_again"])
+    print(f"{name}: apply phase from launch {runner.start} of {len(prog.launches)}; "
+          f"{args.updates} updates pipelined vs one after the other: "
+          f"{'the same bits' if check['same_bits'] else 'not the same bits'} (max relative "
+          f"difference of a state tensor {check['max_rel_diff_pipelined']:.3g}; two runs one "
+          f"after the other: {'the same bits' if check['sequential_repeatable'] else ''}"
+          f" {check['max_rel_diff_sequential_again']:.3g}) -> "
+          f"{'OK' if check['same_results'] else 'DIFFERENT'}; losses {seq} / {piped}",
+          flush=True)
+    del want, got, want2
+    initial.clear()
+    torch.cuda.empty_cache()
+
+    # 2. time per update, A B B A
+    split = PipelinedUpdates(prog)
+
+    def split_update():
+        split.step(*inputs)
+        split.flush()
+
+    engines = {"latch": lambda: prog.step(state, *inputs), "latch-split": split_update,
+               "latch-pipelined": lambda: runner.step(*inputs)}
+    for fn in engines.values():                      # capture every graph first
+        for _ in range(3):
+            fn()
+    runner.flush()
+    times = {e: [] for e in engines}
+    half = max(1, args.iters // 2)
+    for order in (list(engines), list(reversed(engines))):
+        for e in order:
+            times[e] += timed(engines[e], half)
+            runner.flush()
+    runner.close()
+    split.close()
+    records = []
+    ref = statistics.median(times["latch"])
+    for e, t in times.items():
+        rec = dict(base, engine=e, **summary(t))
+        rec["vs_latch"] = round(ref / rec["median_ms"], 4)
+        if e == "latch-pipelined":
+            rec.update(check)
+        records.append(rec)
+        print(f"  {e:16s} {rec['median_ms']:8.3f} ms ({rec['min_ms']:.3f}–{rec['max_ms']:.3f})"
+              f"  {rec['vs_latch']:.3f}× the latch time", flush=True)
+    prog.close()
+    return records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", help="ARTIFACT=WORKLOAD (e.g. …-b2-bf16.latch=tinymoe-b2)")
+    p.add_argument("--updates", type=int, default=6)
+    p.add_argument("--iters", type=int, default=40)
+    args = p.parse_args(argv)
+    import torch
+
+    from latch.runtime import driver as drv
+    from results_files import save_records
+
+    env = {"gpu": torch.cuda.get_device_name(0), "driver": drv.driver_version(),
+           "torch": torch.__version__, "commit": os.environ.get("LATCH_COMMIT", "unknown"),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    print(json.dumps(env), flush=True)
+    records = []
+    stamp = env["date"].replace(":", "").replace("-", "")
+    for spec in args.runs:
+        artifact, workload = spec.rsplit("=", 1)
+        try:
+            records += run(artifact, workload, args, env)
+        except Exception as e:  # noqa: BLE001 - recorded, the next run goes on
+            records.append(dict(env, workload=workload, artifact=os.path.basename(artifact),
+                                engine="latch-pipelined", failed=f"{type(e).__name__}: {e}"))
+            print(f"{artifact}: FAILED {type(e).__name__}: {e}", flush=True)
+        save_records(records, f"pipelined-{stamp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

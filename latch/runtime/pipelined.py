@@ -1,0 +1,228 @@
+"""Pipelined updates (experimental, measured by bench/gpu_pipelined_updates.py): the apply
+phase of update t — the optimizer's steps, which wait for the gradient norm of the whole
+update — in the same CUDA graph as the step phase of update t + 1 (forward and backward),
+so that the optimizer's memory traffic overlaps the next forward's kernels.
+
+An update's launch list splits at :func:`apply_phase_start`: the *apply phase* is the
+shortest suffix, after the last launch that writes an output, whose every launch depends
+(through the manifest's ``after`` lists, transitively) on the launch just before it — in a
+program with global-norm clipping, the launches after the clip coefficient.  The *step
+phase* is the rest.  Then, with ``P`` the placement of the swapped states
+(latch.runtime.commit) that the step of update t read:
+
+* the first update runs its step phase alone (placement ``P``; the *head*);
+* every later one runs one graph: the apply phase of the update before it (placement
+  ``P``: it reads the old state and writes the new one into the other buffers) and its own
+  step phase (placement ``P ^ flips``: it reads that new state) — the *steady* graphs, one
+  per placement;
+* reading the state first runs the pending apply phase alone (the *flush*).
+
+The order between the two updates' launches comes from the byte ranges each launch can
+address (the manifest's ``touches``, with the swapped states' buffers exchanged per
+placement) through :func:`latch.runtime.dependencies.launch_dependencies`, as the compiler
+orders one update's launches: so each parameter's optimizer launch precedes the first launch
+of the next update that reads the parameter (its layer's forward), a launch of the next
+update that writes an arena slot waits for the previous update's readers of it, and the
+results are those of running the updates one after the other, bit for bit (the bench
+checks it).
+
+Not yet done (why this is not a ``latch.compile`` option): the non-finite guard (the flag of
+update t is complete only after its apply phase, in the next graph, while that graph's step
+phase has already read the new state, and the step phase writes gradients into the old
+state's buffers — latch-write-in-place — so a skipped update could not be rolled back), every(N)
+variants, collectives, states that commit by copy.  :class:`PipelinedUpdates` refuses those
+programs with a :class:`LatchError`.
+"""
+from __future__ import annotations
+
+from latch.errors import LatchError
+from latch.runtime import driver as drv
+from latch.runtime import streams
+from latch.runtime.dependencies import launch_dependencies
+
+
+def apply_phase_start(launches: list[dict]) -> int | None:
+    """The index of the first launch of the apply phase (see the module docstring), or
+    None when the launch list has no such suffix (or no ``after`` lists)."""
+    n = len(launches)
+    after = [la.get("after") for la in launches]
+    if not n or any(a is None for a in after):
+        return None
+    writes_output = [i for i, la in enumerate(launches)
+                     if any("output" in a for a in la.get("args", ()) if isinstance(a, dict))]
+    first = (max(writes_output) + 1) if writes_output else 1
+    # descendants of each launch (bit j set: launch j depends on it, transitively)
+    children = [[] for _ in range(n)]
+    for i, deps in enumerate(after):
+        for d in deps:
+            children[d].append(i)
+    below = [0] * n
+    for i in reversed(range(n)):
+        b = 0
+        for c in children[i]:
+            b |= (1 << c) | below[c]
+        below[i] = b
+    best = None
+    for s in range(max(first, 1), n):
+        suffix = ((1 << n) - 1) ^ ((1 << s) - 1)        # bits s .. n-1
+        if below[s - 1] & suffix == suffix:
+            best = s                                    # the shortest such suffix wins
+    return best
+
+
+def placed(touches: list, at_new: frozenset, slots: dict) -> list[tuple]:
+    """``touches`` (``[space, lo, hi, write]``) as the launch addresses them in placement
+    ``at_new``: each state in it lives in its new-value slot (``slots``: {state: (arena
+    offset, bytes)}) and its new value goes to the state buffer."""
+    out = []
+    for space, lo, hi, write in touches:
+        if space.startswith("state "):
+            k = int(space.split()[1])
+            if k in at_new:
+                a = slots[k][0]
+                space, lo, hi = "arena", a + lo, a + hi
+        elif space == "arena":
+            for k in at_new:
+                a, n = slots[k]
+                if a <= lo and hi <= a + n:
+                    space, lo, hi = f"state {k}", lo - a, hi - a
+                    break
+                if lo < a + n and a < hi:
+                    raise LatchError(f"a launch addresses bytes {lo}..{hi} of the arena, "
+                                     f"across state {k}'s new-value slot {a}..{a + n}")
+        out.append((space, lo, hi, write))
+    return out
+
+
+def combined_after(parts: list[tuple[list, frozenset]], slots: dict) -> list[list[int]]:
+    """``after`` lists for the launches of ``parts`` ([(launch specs, placement)]) run one
+    part after the other in one graph."""
+    touched = []
+    for specs, at_new in parts:
+        for spec in specs:
+            if "touches" not in spec:
+                raise LatchError(f"launch of {spec.get('module')!r} has no 'touches' (an "
+                                 "artifact from before they were recorded): recompile it")
+            touched.append(placed(spec["touches"], at_new, slots))
+    return launch_dependencies(touched)
+
+
+class PipelinedUpdates:
+    """Run a :class:`~latch.runtime.program.CudaProgram`'s updates pipelined (see the module
+    docstring): ``step(*inputs)`` runs the pending apply phase and this update's step phase
+    and returns the outputs; ``flush()`` runs the pending apply phase, after which the
+    program's state is that of every update so far.  No non-finite guard."""
+
+    def __init__(self, prog):
+        if len(prog.variants) != 1:
+            raise LatchError("pipelined updates: programs with every(N) variants are not "
+                             "supported")
+        variant = prog.variants[0]
+        if variant.spec.get("collectives"):
+            raise LatchError("pipelined updates: data-parallel programs are not supported")
+        written = {c["dst"]["state"] for c in variant.spec.get("copies", [])
+                   if "state" in c["dst"]}
+        if not written <= set(prog.swap.slots):
+            raise LatchError("pipelined updates need every new state value to commit by swap "
+                             f"(states {sorted(written - set(prog.swap.slots))} commit by "
+                             "copy)")
+        self.start = apply_phase_start(variant.spec["launches"])
+        if self.start is None:
+            raise LatchError("pipelined updates: the launch list has no apply phase (no "
+                             "launch that every later launch depends on, after the outputs)")
+        self.prog, self.variant = prog, variant
+        self.specs = variant.spec["launches"]
+        self.flips = variant.flips
+        self.pending: frozenset | None = None   # placement of the step whose apply is due
+        self.graphs: dict = {}                  # (kind, placement) -> CUDA graph
+        self.events: dict = {}                  # (kind, placement) -> streams.Events
+        self.steps = 0
+
+    # -- graphs ---------------------------------------------------------------------------
+    def _parts(self, kind: str, at: frozenset) -> list:
+        """[(launch specs, launch objects, placement)] of a head, steady or flush graph."""
+        s, made = self.start, self.variant.setup
+        apply_part = (self.specs[s:], made(at).launches[s:], at)
+        if kind == "head":
+            return [(self.specs[:s], made(at).launches[:s], at)]
+        if kind == "flush":
+            return [apply_part]
+        nxt = at ^ self.flips
+        return [apply_part, (self.specs[:s], made(nxt).launches[:s], nxt)]
+
+    def _record(self, kind: str, at: frozenset) -> None:
+        """Enqueue one graph's launches on the program's streams (see _Variant's planned
+        enqueue), then the output copies of its step phase."""
+        prog = self.prog
+        parts = self._parts(kind, at)
+        after = combined_after([(specs, place) for specs, _, place in parts],
+                               prog.swap.slots)
+        launches = [la for _, objs, _ in parts for la in objs]
+        plan = streams.plan(after, 1 + len(prog.side_streams), streams.policy_wanted())
+        events = self.events.get((kind, at))
+        if events is None:
+            events = self.events[(kind, at)] = streams.Events(plan)
+        streams.enqueue(plan, launches, prog.stream, prog.side_streams, events)
+        if kind != "flush":
+            for src, dst, n in self.variant.setup(parts[-1][2]).copies:
+                drv.memcpy_dtod(dst, src, n, prog.stream, "output")
+
+    def _run(self, kind: str, at: frozenset) -> None:
+        key = (kind, at)
+        graph = self.graphs.get(key)
+        if graph is None:
+            graph = drv.Graph.capture(self.prog.stream, lambda: self._record(kind, at))
+            self.graphs[key] = graph
+        graph.launch(self.prog.stream)
+
+    # -- the API --------------------------------------------------------------------------
+    def step(self, *inputs):
+        """One update's step phase, after the pending apply phase; returns its outputs."""
+        import torch
+
+        prog = self.prog
+        tensors = prog.check_inputs(inputs)
+        prog._settle()
+        prog.device.make_current()
+        current = torch.cuda.current_stream(prog.torch_device)
+        prog.torch_stream.wait_stream(current)
+        for t, buf in zip(tensors, prog.input_buffers):
+            if t.data_ptr() != buf.ptr:
+                drv.memcpy_dtod(buf.ptr, t.data_ptr(), buf.nbytes, prog.stream, buf.label)
+            t.record_stream(prog.torch_stream)
+        if self.pending is None:
+            at = prog.at_new
+            self._run("head", at)
+        else:
+            self._run("steady", self.pending)
+            at = self.pending ^ self.flips
+            prog.at_new = at             # the applied update's state lives there now
+        self.pending = at
+        self.steps += 1
+        outs = []
+        from latch.runtime.program import torch_dtype
+        for buf in prog.output_buffers:
+            o = torch.empty(tuple(buf.spec["shape"]), dtype=torch_dtype(buf.spec["dtype"]),
+                            device=prog.torch_device)
+            o.record_stream(prog.torch_stream)
+            drv.memcpy_dtod(o.data_ptr(), buf.ptr, buf.nbytes, prog.stream, buf.label)
+            outs.append(o)
+        current.wait_stream(prog.torch_stream)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def flush(self) -> None:
+        """Run the pending apply phase (if any): the program's state is then that of every
+        update so far."""
+        if self.pending is None:
+            return
+        self._run("flush", self.pending)
+        self.prog.at_new = self.pending ^ self.flips
+        self.pending = None
+        self.prog.stream.synchronize("pipelined flush")
+
+    def close(self) -> None:
+        for g in self.graphs.values():
+            g.destroy()
+        for e in self.events.values():
+            e.destroy()
+        self.graphs, self.events = {}, {}

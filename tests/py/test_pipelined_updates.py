@@ -1,0 +1,202 @@
+"""Pipelined updates (latch.runtime.pipelined): the manifest's per-launch byte ranges, the
+split of an update into its step and apply phases, the order of two updates' launches in
+one graph — checked on the CPU against brute force — and, on a GPU, updates run pipelined
+giving the same state, bit for bit, as updates run one after the other."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from latch.errors import LatchError
+from latch.runtime.dependencies import launch_dependencies
+from latch.runtime.pipelined import apply_phase_start, combined_after, placed
+
+
+def _adamw_clip():
+    from latch import optim
+    return optim.clip_grad_norm(0.5, optim.AdamW(optim.warmup_cosine(1e-2, 2, 6, 0.1),
+                                                 betas=(0.9, 0.95), weight_decay=0.1))
+
+
+@pytest.fixture(scope="module")
+def tiny_moe():
+    import latch
+    from models import MODELS
+
+    model, example = MODELS["tiny_moe"](seed=0)
+    return model, example, latch.compile(model, _adamw_clip(), example, target="cuda")
+
+
+def _closure(after: list) -> list:
+    """before[j]: every launch ordered before j through ``after``."""
+    before = []
+    for deps in after:
+        s = set(deps)
+        for d in deps:
+            s |= before[d]
+        before.append(s)
+    return before
+
+
+def _conflict(a: list, b: list) -> bool:
+    """Whether two launches' ranges share a byte that one of them may write."""
+    return any(sa == sb and lo_a < hi_b and lo_b < hi_a and (wa or wb)
+               for sa, lo_a, hi_a, wa in a for sb, lo_b, hi_b, wb in b)
+
+
+def test_every_launch_records_the_ranges_its_order_comes_from(tiny_moe):
+    launches = tiny_moe[2].manifest["launches"]
+    assert all("touches" in la for la in launches)
+    touched = [[tuple(r) for r in la["touches"]] for la in launches]
+    assert launch_dependencies(touched) == [la["after"] for la in launches]
+    spaces = {r[0].split()[0] for t in touched for r in t}
+    assert spaces == {"arena", "state", "input", "output"}
+
+
+def test_the_apply_phase_is_the_optimizer_after_the_clip(tiny_moe):
+    m = tiny_moe[2].manifest
+    launches = m["launches"]
+    s = apply_phase_start(launches)
+    assert s is not None and 0 < s < len(launches)
+    before = _closure([la["after"] for la in launches])
+    assert all(s - 1 in before[j] for j in range(s, len(launches)))
+    assert not any("output" in a for la in launches[s:] for a in la["args"]
+                   if isinstance(a, dict))
+    # the shortest such suffix: no later launch is depended on by all that follow it
+    n = len(launches)
+    assert not any(all(t - 1 in before[j] for j in range(t, n)) for t in range(s + 1, n))
+    # each parameter's new value is written in the apply phase
+    params = {k for k, st in enumerate(m["states"]) if st["kind"] == "param"}
+    from latch.runtime import commit
+    slots = commit.swap_slots(m)
+    assert params <= set(slots)
+    new_written = {k for la in launches[s:] for sp, lo, hi, w in la["touches"] if w
+                   and sp == "arena" for k in params
+                   if slots[k][0] <= lo and hi <= slots[k][0] + slots[k][1]}
+    assert new_written == params
+
+
+def test_no_apply_phase_without_the_dependency_lists():
+    assert apply_phase_start([]) is None
+    assert apply_phase_start([{"args": []}, {"args": []}]) is None
+    # a chain: the shortest suffix after the output writer that hangs on one launch
+    chain = [{"args": [{"output": 0}], "after": []}, {"args": [], "after": [0]},
+             {"args": [], "after": [1]}, {"args": [], "after": [1]}]
+    assert apply_phase_start(chain) == 2
+    # two independent tails: none
+    split = [{"args": [{"output": 0}], "after": []}, {"args": [], "after": []},
+             {"args": [], "after": [1]}, {"args": [], "after": [0]}]
+    assert apply_phase_start(split) is None
+
+
+def test_placement_exchanges_a_swapped_states_two_buffers():
+    slots = {3: (1000, 64)}
+    t = [["state 3", 0, 64, False], ["arena", 1000, 1032, True], ["arena", 0, 8, True],
+         ["state 1", 0, 4, False]]
+    assert placed(t, frozenset(), slots) == [tuple(r) for r in t]
+    assert placed(t, frozenset({3}), slots) == [
+        ("arena", 1000, 1064, False), ("state 3", 0, 32, True), ("arena", 0, 8, True),
+        ("state 1", 0, 4, False)]
+    with pytest.raises(LatchError, match="across state 3's new-value slot"):
+        placed([["arena", 990, 1010, True]], frozenset({3}), slots)
+
+
+def test_combined_after_refuses_artifacts_without_ranges():
+    with pytest.raises(LatchError, match="no 'touches'.*recompile"):
+        combined_after([([{"module": "k"}], frozenset())], {})
+
+
+def test_two_updates_in_one_graph_keep_every_conflicting_pair_in_order(tiny_moe):
+    """The steady graph (the apply phase of update t in its placement, then the step phase
+    of update t + 1 in the other) orders every two launches that address a common byte,
+    one of them writing, as running them one after the other would (brute force); and it
+    is not a chain: the first launch of the next update waits for few apply launches."""
+    from latch.runtime import commit
+
+    m = tiny_moe[2].manifest
+    launches = m["launches"]
+    s = apply_phase_start(launches)
+    slots = commit.swap_slots(m)
+    flips = frozenset(k for k in commit.written_states(m) if k in slots)
+    for at in (frozenset(), flips):
+        parts = [(launches[s:], at), (launches[:s], at ^ flips)]
+        after = combined_after(parts, slots)
+        before = _closure(after)
+        touched = [placed(la["touches"], place, slots) for specs, place in parts
+                   for la in specs]
+        n_apply = len(launches) - s
+        for j in range(n_apply, len(touched)):
+            for i in range(n_apply):
+                if _conflict(touched[i], touched[j]):
+                    assert i in before[j], (i, j)
+        gating = [i for i in range(n_apply) if i in before[n_apply]]
+        assert len(gating) < n_apply
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+PREBUILT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "bench", "artifacts", "pipelined-tiny_moe-det.latch")
+
+
+def build(path: str) -> None:
+    """The GPU test's program: tiny_moe, AdamW + clip, ``deterministic=True`` (no float
+    atomics, so two runs of the same updates agree bit for bit)."""
+    import latch
+    from models import MODELS
+
+    model, example = MODELS["tiny_moe"](seed=0)
+    latch.compile(model, _adamw_clip(), example, target="cuda", deterministic=True).save(path)
+
+
+def test_pipelined_updates_give_the_same_state_bit_for_bit(tmp_path):
+    """On a GPU: five updates pipelined give the losses and every state tensor of five
+    updates one after the other, bit for bit.  Compiles here when MLIR is available, else
+    uses the prebuilt bench/artifacts/pipelined-tiny_moe-det.latch (``PYTHONPATH=tests/py
+    .venv/bin/python tests/py/test_pipelined_updates.py`` writes it).  Skips without a
+    GPU."""
+    if not _has_gpu():
+        pytest.skip("no CUDA GPU")
+    try:
+        import mlir.ir  # noqa: F401
+        path = str(tmp_path / "tiny_moe.latch")
+        build(path)
+    except ImportError:
+        path = PREBUILT
+        if not os.path.exists(path):
+            pytest.skip("no MLIR here and no prebuilt artifact")
+    import torch
+
+    import latch
+    from latch.runtime.pipelined import PipelinedUpdates
+    from models import MODELS
+
+    model, example = MODELS["tiny_moe"](seed=0)
+    inputs = [x.cuda() for x in example]
+    one = latch.load(path)
+    state = one.init(model)
+    seq = [one.step(state, *inputs) for _ in range(5)]
+    want = one.state_dict()
+    two = latch.load(path)
+    two.init(model)
+    runner = PipelinedUpdates(two)
+    got_losses = [float(runner.step(*inputs)) for _ in range(5)]
+    runner.flush()
+    got = two.state_dict()
+    assert got_losses == seq
+    for name in want:
+        assert torch.equal(want[name], got[name]), name
+    runner.close()
+
+
+if __name__ == "__main__":      # the GPU test's prebuilt artifact (needs MLIR)
+    os.makedirs(os.path.dirname(PREBUILT), exist_ok=True)
+    build(PREBUILT)
+    print(PREBUILT)
