@@ -21,7 +21,8 @@ rebuilt from its seed; the workload's fixed batch):
    bench/tinymoe_bench_gpu.py times it; ``latch-split`` — the step phase's graph then the
    apply phase's graph (the same update without the guard, so the guard's share shows);
    ``latch-pipelined`` — one steady graph a call (the previous update's apply phase and
-   this one's step phase).
+   this one's step phase); ``latch-pipelined-priorities`` — the same with the step phase's
+   launches at the greatest scheduling priority and the apply phase's at the least.
 
 Prints each figure and writes the records (``workload``, ``engine``, ``median_ms``,
 ``min_ms``, ``max_ms``, ``gpu``, ``torch``, ``commit``, ``date``, plus the split point and
@@ -91,18 +92,23 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
         return losses, prog.state_dict()
 
     runner = PipelinedUpdates(prog)
+    ranked = PipelinedUpdates(prog, priorities=True)
 
-    def pipelined():
+    def pipelined(r):
         prog.load_state(initial)
-        losses = [float(runner.step(*inputs)) for _ in range(args.updates)]
-        runner.flush()
+        losses = [float(r.step(*inputs)) for _ in range(args.updates)]
+        r.flush()
         return losses, prog.state_dict()
 
     seq, want = sequential()
-    piped, got = pipelined()
+    piped, got = pipelined(runner)
+    piped2, got2 = pipelined(ranked)
     again, want2 = sequential()
     check = {"apply_from": runner.start, "updates_checked": args.updates,
              "same_bits": piped == seq and all(torch.equal(want[n], got[n]) for n in want),
+             "same_bits_with_priorities": piped2 == seq and all(
+                 torch.equal(want[n], got2[n]) for n in want),
+             "max_rel_diff_pipelined_with_priorities": max_rel_diff(want, got2),
              "sequential_repeatable": again == seq and all(torch.equal(want[n], want2[n])
                                                            for n in want),
              "max_rel_diff_pipelined": max_rel_diff(want, got),
@@ -119,7 +125,7 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
           f" {check['max_rel_diff_sequential_again']:.3g}) -> "
           f"{'OK' if check['same_results'] else 'DIFFERENT'}; losses {seq} / {piped}",
           flush=True)
-    del want, got, want2
+    del want, got, want2, got2
     initial.clear()
     torch.cuda.empty_cache()
 
@@ -131,25 +137,27 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
         split.flush()
 
     engines = {"latch": lambda: prog.step(state, *inputs), "latch-split": split_update,
-               "latch-pipelined": lambda: runner.step(*inputs)}
-    for fn in engines.values():                      # capture every graph first
-        for _ in range(3):
-            fn()
-    runner.flush()
+               "latch-pipelined": lambda: runner.step(*inputs),
+               "latch-pipelined-priorities": lambda: ranked.step(*inputs)}
     times = {e: [] for e in engines}
     half = max(1, args.iters // 2)
+    for e in engines:                                # capture every graph first
+        timed(engines[e], 3)
+        runner.flush()
+        ranked.flush()
     for order in (list(engines), list(reversed(engines))):
         for e in order:
             times[e] += timed(engines[e], half)
             runner.flush()
-    runner.close()
-    split.close()
+            ranked.flush()
+    for r in (runner, ranked, split):
+        r.close()
     records = []
     ref = statistics.median(times["latch"])
     for e, t in times.items():
         rec = dict(base, engine=e, **summary(t))
         rec["vs_latch"] = round(ref / rec["median_ms"], 4)
-        if e == "latch-pipelined":
+        if e.startswith("latch-pipelined"):
             rec.update(check)
         records.append(rec)
         print(f"  {e:16s} {rec['median_ms']:8.3f} ms ({rec['min_ms']:.3f}–{rec['max_ms']:.3f})"

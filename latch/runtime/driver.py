@@ -375,18 +375,44 @@ def launch_dependent(function, grid, block, shared_bytes: int, stream: Stream,
     has executed ``griddepcontrol.launch_dependents``; it must itself begin with
     ``griddepcontrol.wait`` (latch-dependent-launches), which returns when that kernel has
     completed and its memory is visible.  Captured into a graph as a programmatic edge."""
+    launch_with(function, grid, block, shared_bytes, stream, params_address, what,
+                dependent=True)
+
+
+def launch_with(function, grid, block, shared_bytes: int, stream: Stream,
+                params_address: int, what: str, dependent: bool = False,
+                priority: int | None = None) -> None:
+    """``launch`` through ``cuLaunchKernelEx`` with launch attributes: programmatic stream
+    serialization (``dependent``, see :func:`launch_dependent`) and a scheduling
+    ``priority`` (lower numbers first, within :func:`priority_range`; kept by a captured
+    graph's kernel node): the block scheduler prefers a higher priority kernel's blocks
+    when an SM frees up."""
     d = driver()
     config = d.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = (int(g) for g in grid)
     config.blockDimX, config.blockDimY, config.blockDimZ = (int(b) for b in block)
     config.sharedMemBytes = int(shared_bytes)
     config.hStream = stream.handle
-    attr = d.CUlaunchAttribute()
-    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmaticStreamSerializationAllowed = 1
-    config.attrs = [attr]
-    config.numAttrs = 1
+    attrs = []
+    if dependent:
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(attr)
+    if priority is not None:
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY
+        attr.value.priority = int(priority)
+        attrs.append(attr)
+    config.attrs = attrs
+    config.numAttrs = len(attrs)
     call("cuLaunchKernelEx", config, function, int(params_address), 0, what=what)
+
+
+def priority_range() -> tuple[int, int]:
+    """(least, greatest) scheduling priority of the current context (e.g. (0, -5))."""
+    least, greatest = call("cuCtxGetStreamPriorityRange")
+    return int(least), int(greatest)
 
 
 def memcpy_dtod(dst: int, src: int, nbytes: int, stream: Stream, what: str = "") -> None:

@@ -113,7 +113,7 @@ class PipelinedUpdates:
     and returns the outputs; ``flush()`` runs the pending apply phase, after which the
     program's state is that of every update so far.  No non-finite guard."""
 
-    def __init__(self, prog):
+    def __init__(self, prog, priorities: bool = False):
         if len(prog.variants) != 1:
             raise LatchError("pipelined updates: programs with every(N) variants are not "
                              "supported")
@@ -137,34 +137,44 @@ class PipelinedUpdates:
         self.graphs: dict = {}                  # (kind, placement) -> CUDA graph
         self.events: dict = {}                  # (kind, placement) -> streams.Events
         self.steps = 0
+        # priorities: the step phase's launches (the next forward's chain of small kernels)
+        # scheduled before the apply phase's (bulk memory traffic) when both have blocks
+        # waiting for an SM
+        self.priorities = drv.priority_range() if priorities else None
 
     # -- graphs ---------------------------------------------------------------------------
     def _parts(self, kind: str, at: frozenset) -> list:
-        """[(launch specs, launch objects, placement)] of a head, steady or flush graph."""
+        """[(phase, launch specs, launch objects, placement)] of a head, steady or flush
+        graph."""
         s, made = self.start, self.variant.setup
-        apply_part = (self.specs[s:], made(at).launches[s:], at)
+        apply_part = ("apply", self.specs[s:], made(at).launches[s:], at)
         if kind == "head":
-            return [(self.specs[:s], made(at).launches[:s], at)]
+            return [("step", self.specs[:s], made(at).launches[:s], at)]
         if kind == "flush":
             return [apply_part]
         nxt = at ^ self.flips
-        return [apply_part, (self.specs[:s], made(nxt).launches[:s], nxt)]
+        return [apply_part, ("step", self.specs[:s], made(nxt).launches[:s], nxt)]
 
     def _record(self, kind: str, at: frozenset) -> None:
         """Enqueue one graph's launches on the program's streams (see _Variant's planned
         enqueue), then the output copies of its step phase."""
         prog = self.prog
         parts = self._parts(kind, at)
-        after = combined_after([(specs, place) for specs, _, place in parts],
+        after = combined_after([(specs, place) for _, specs, _, place in parts],
                                prog.swap.slots)
-        launches = [la for _, objs, _ in parts for la in objs]
+        launches = [la for _, _, objs, _ in parts for la in objs]
+        priorities = None
+        if self.priorities is not None:
+            least, greatest = self.priorities
+            priorities = [least if phase == "apply" else greatest
+                          for phase, _, objs, _ in parts for _ in objs]
         plan = streams.plan(after, 1 + len(prog.side_streams), streams.policy_wanted())
         events = self.events.get((kind, at))
         if events is None:
             events = self.events[(kind, at)] = streams.Events(plan)
-        streams.enqueue(plan, launches, prog.stream, prog.side_streams, events)
+        streams.enqueue(plan, launches, prog.stream, prog.side_streams, events, priorities)
         if kind != "flush":
-            for src, dst, n in self.variant.setup(parts[-1][2]).copies:
+            for src, dst, n in self.variant.setup(parts[-1][3]).copies:
                 drv.memcpy_dtod(dst, src, n, prog.stream, "output")
 
     def _run(self, kind: str, at: frozenset) -> None:

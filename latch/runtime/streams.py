@@ -141,10 +141,13 @@ class Events:
         self.at = {}
 
 
-def enqueue(plan: StreamPlan, launches: list, main, side: list, events: Events) -> None:
+def enqueue(plan: StreamPlan, launches: list, main, side: list, events: Events,
+            priorities: list | None = None) -> None:
     """Enqueue ``launches`` on ``main`` (stream 0) and the ``side`` streams by ``plan``: the
     side streams start after what ``main`` holds so far, each launch first waits for its
-    dependencies on other streams, and ``main`` ends waiting for every side stream."""
+    dependencies on other streams, and ``main`` ends waiting for every side stream.
+    ``priorities``: per launch, a scheduling priority (latch.runtime.driver.launch_with) or
+    None."""
     on = [main] + list(side)
     events.fork.record(main)
     for k in plan.used:
@@ -153,7 +156,10 @@ def enqueue(plan: StreamPlan, launches: list, main, side: list, events: Events) 
         s = on[plan.stream[i]]
         for d in plan.waits[i]:
             s.wait(events.at[d])
-        launch.enqueue(s)
+        if priorities is None:
+            launch.enqueue(s)
+        else:
+            launch.enqueue(s, priorities[i])
         if plan.record[i]:
             events.at[i].record(s)
     for t in plan.tails:
