@@ -274,11 +274,15 @@ class Module:
 class Stream:
     """A non-blocking stream of our own (capturable; the legacy default stream is not)."""
 
-    def __init__(self, device: Device, handle: int | None = None):
+    def __init__(self, device: Device, handle: int | None = None,
+                 priority: int | None = None):
         d = driver()
         self.device = device
         self.owned = handle is None
-        if handle is None:
+        if handle is None and priority is not None:    # see priority_range()
+            self.handle = call("cuStreamCreateWithPriority",
+                               int(d.CUstream_flags.CU_STREAM_NON_BLOCKING), int(priority))
+        elif handle is None:
             self.handle = call("cuStreamCreate", int(d.CUstream_flags.CU_STREAM_NON_BLOCKING))
         else:   # a stream someone else owns (e.g. a torch.cuda.Stream's cuda_stream)
             self.handle = d.CUstream(int(handle))
@@ -326,8 +330,11 @@ class Graph:
         self.graph, self.exec = graph, exec_
 
     @staticmethod
-    def capture(stream: Stream, record) -> "Graph":
-        """Run ``record()`` (which enqueues work on ``stream``) under stream capture."""
+    def capture(stream: Stream, record, node_priority: bool = False) -> "Graph":
+        """Run ``record()`` (which enqueues work on ``stream``) under stream capture.
+        ``node_priority``: the graph runs each kernel at the priority it was captured with
+        (its stream's: ``Stream(..., priority=)``) instead of the priority of the stream the
+        graph is launched into."""
         d = driver()
         mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         call("cuStreamBeginCapture", stream.handle, mode)
@@ -340,10 +347,11 @@ class Graph:
                 pass
             raise
         graph = call("cuStreamEndCapture", stream.handle)
+        flags = 8 if node_priority else 0   # CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
         try:
-            exec_ = call("cuGraphInstantiate", graph, 0)
+            exec_ = call("cuGraphInstantiate", graph, flags)
         except TypeError:   # older bindings: cuGraphInstantiateWithFlags
-            exec_ = call("cuGraphInstantiateWithFlags", graph, 0)
+            exec_ = call("cuGraphInstantiateWithFlags", graph, flags)
         if isinstance(exec_, tuple):   # (exec, errorNode, log...) in some versions
             exec_ = exec_[0]
         return Graph(graph, exec_)
@@ -375,37 +383,17 @@ def launch_dependent(function, grid, block, shared_bytes: int, stream: Stream,
     has executed ``griddepcontrol.launch_dependents``; it must itself begin with
     ``griddepcontrol.wait`` (latch-dependent-launches), which returns when that kernel has
     completed and its memory is visible.  Captured into a graph as a programmatic edge."""
-    launch_with(function, grid, block, shared_bytes, stream, params_address, what,
-                dependent=True)
-
-
-def launch_with(function, grid, block, shared_bytes: int, stream: Stream,
-                params_address: int, what: str, dependent: bool = False,
-                priority: int | None = None) -> None:
-    """``launch`` through ``cuLaunchKernelEx`` with launch attributes: programmatic stream
-    serialization (``dependent``, see :func:`launch_dependent`) and a scheduling
-    ``priority`` (lower numbers first, within :func:`priority_range`; kept by a captured
-    graph's kernel node): the block scheduler prefers a higher priority kernel's blocks
-    when an SM frees up."""
     d = driver()
     config = d.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = (int(g) for g in grid)
     config.blockDimX, config.blockDimY, config.blockDimZ = (int(b) for b in block)
     config.sharedMemBytes = int(shared_bytes)
     config.hStream = stream.handle
-    attrs = []
-    if dependent:
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        attrs.append(attr)
-    if priority is not None:
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY
-        attr.value.priority = int(priority)
-        attrs.append(attr)
-    config.attrs = attrs
-    config.numAttrs = len(attrs)
+    attr = d.CUlaunchAttribute()
+    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config.attrs = [attr]
+    config.numAttrs = 1
     call("cuLaunchKernelEx", config, function, int(params_address), 0, what=what)
 
 

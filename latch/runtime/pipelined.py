@@ -137,10 +137,19 @@ class PipelinedUpdates:
         self.graphs: dict = {}                  # (kind, placement) -> CUDA graph
         self.events: dict = {}                  # (kind, placement) -> streams.Events
         self.steps = 0
-        # priorities: the step phase's launches (the next forward's chain of small kernels)
-        # scheduled before the apply phase's (bulk memory traffic) when both have blocks
-        # waiting for an SM
-        self.priorities = drv.priority_range() if priorities else None
+        # streams: the program's own (fork and join only), as many for the step phase as
+        # the program uses, and one for the apply phase, whose launches depend on nothing
+        # in their graph: on one stream of their own, in the order the next forward needs
+        # them, they never stand in a step launch's stream queue.  ``priorities``: the step
+        # phase's streams at the greatest scheduling priority (the next forward's chain of
+        # small kernels), so the block scheduler takes their blocks before the apply
+        # phase's pending ones (bulk memory traffic).
+        self.priorities = priorities
+        greatest = drv.priority_range()[1] if priorities else None
+        self.step_streams = [drv.Stream(prog.device, priority=greatest)
+                             for _ in range(max(1, len(prog.side_streams)))]
+        self.apply_stream = drv.Stream(prog.device)
+        self.uses: dict = {}
 
     # -- graphs ---------------------------------------------------------------------------
     def _parts(self, kind: str, at: frozenset) -> list:
@@ -163,27 +172,34 @@ class PipelinedUpdates:
         after = combined_after([(specs, place) for _, specs, _, place in parts],
                                prog.swap.slots)
         launches = [la for _, _, objs, _ in parts for la in objs]
-        priorities = None
-        if self.priorities is not None:
-            least, greatest = self.priorities
-            priorities = [least if phase == "apply" else greatest
-                          for phase, _, objs, _ in parts for _ in objs]
-        plan = streams.plan(after, 1 + len(prog.side_streams), streams.policy_wanted())
+        side = self.step_streams + [self.apply_stream]
+        pinned = [len(side) if phase == "apply" else None
+                  for phase, _, objs, _ in parts for _ in objs]
+        plan = streams.plan(after, 1 + len(side), streams.policy_wanted(), pinned=pinned,
+                            avoid=frozenset({0}))
         events = self.events.get((kind, at))
         if events is None:
             events = self.events[(kind, at)] = streams.Events(plan)
-        streams.enqueue(plan, launches, prog.stream, prog.side_streams, events, priorities)
+        streams.enqueue(plan, launches, prog.stream, side, events)
         if kind != "flush":
             for src, dst, n in self.variant.setup(parts[-1][3]).copies:
                 drv.memcpy_dtod(dst, src, n, prog.stream, "output")
 
     def _run(self, kind: str, at: frozenset) -> None:
+        """The first use of a graph launches its kernels directly (as the program's first
+        step does: modules finish loading outside a capture); the second captures the
+        graph; later uses replay it."""
         key = (kind, at)
         graph = self.graphs.get(key)
-        if graph is None:
-            graph = drv.Graph.capture(self.prog.stream, lambda: self._record(kind, at))
+        if graph is None and not self.uses.get(key):
+            self._record(kind, at)
+        elif graph is None:
+            graph = drv.Graph.capture(self.prog.stream, lambda: self._record(kind, at),
+                                      node_priority=self.priorities)
             self.graphs[key] = graph
-        graph.launch(self.prog.stream)
+        if graph is not None:
+            graph.launch(self.prog.stream)
+        self.uses[key] = self.uses.get(key, 0) + 1
 
     # -- the API --------------------------------------------------------------------------
     def step(self, *inputs):
@@ -235,4 +251,6 @@ class PipelinedUpdates:
             g.destroy()
         for e in self.events.values():
             e.destroy()
-        self.graphs, self.events = {}, {}
+        for st in self.step_streams + [self.apply_stream]:
+            st.destroy()
+        self.graphs, self.events, self.step_streams, self.apply_stream = {}, {}, [], None

@@ -146,12 +146,7 @@ class _Launch:
         self.grid, self.block = spec["grid"], spec["block"]
         self.shared = int(spec.get("shared_bytes", 0))
 
-    def enqueue(self, stream: drv.Stream, priority: int | None = None) -> None:
-        if priority is not None:
-            drv.launch_with(self.function, self.grid, self.block, self.shared, stream,
-                            self.pointers.ctypes.data, self.what, dependent=self.dependent,
-                            priority=priority)
-            return
+    def enqueue(self, stream: drv.Stream) -> None:
         (drv.launch_dependent if self.dependent else drv.launch)(
             self.function, self.grid, self.block, self.shared, stream,
             self.pointers.ctypes.data, self.what)

@@ -81,8 +81,16 @@ def depths(after: list) -> list:
     return depth
 
 
-def plan(after: list, streams: int = STREAMS, policy: str = "chains") -> StreamPlan:
+def plan(after: list, streams: int = STREAMS, policy: str = "chains",
+         pinned: list | None = None, avoid: frozenset = frozenset()) -> StreamPlan:
+    """``pinned``: per launch, the stream it must go on, or None (the policy chooses);
+    the policy never chooses a stream in ``avoid`` or one that a launch is pinned to."""
     n = len(after)
+    pinned = pinned or [None] * n
+    reserved = set(avoid) | {p for p in pinned if p is not None}
+    open_ = [k for k in range(streams) if k not in reserved]
+    if not open_:
+        raise ValueError("stream plan: every stream is reserved")
     if policy not in POLICIES:
         raise ValueError(f"stream plan policy {policy!r}; expected one of {POLICIES}")
     chains = policy == "chains"
@@ -98,18 +106,21 @@ def plan(after: list, streams: int = STREAMS, policy: str = "chains") -> StreamP
     for i, deps in enumerate(after):
         if any(not 0 <= d < i for d in deps):
             raise ValueError(f"launch {i}: 'after' must list earlier launches, got {deps}")
-        if chains:
+        if pinned[i] is not None:
+            s = pinned[i]
+        elif chains:
             s = next((stream[d] for d in sorted(deps, key=lambda d: (-depth[d], -d))
-                      if tail[stream[d]] == d and succ[d] == i), None)
-            if s is None:        # streams whose last launch waits for no successor to come
-                free = [k for k in range(streams)
-                        if tail[k] is None or succ[tail[k]] is None or succ[tail[k]] < i]
-                s = idle_longest(free or range(streams))
-        else:
-            s = next((stream[d] for d in sorted(deps, reverse=True) if tail[stream[d]] == d),
+                      if tail[stream[d]] == d and succ[d] == i and stream[d] not in reserved),
                      None)
+            if s is None:        # streams whose last launch waits for no successor to come
+                free = [k for k in open_
+                        if tail[k] is None or succ[tail[k]] is None or succ[tail[k]] < i]
+                s = idle_longest(free or open_)
+        else:
+            s = next((stream[d] for d in sorted(deps, reverse=True)
+                      if tail[stream[d]] == d and stream[d] not in reserved), None)
             if s is None:
-                s = idle_longest(range(streams))
+                s = idle_longest(open_)
         for d in sorted(deps, reverse=True):
             x = stream[d]
             if x != s and seen[s][x] < d:
@@ -141,13 +152,10 @@ class Events:
         self.at = {}
 
 
-def enqueue(plan: StreamPlan, launches: list, main, side: list, events: Events,
-            priorities: list | None = None) -> None:
+def enqueue(plan: StreamPlan, launches: list, main, side: list, events: Events) -> None:
     """Enqueue ``launches`` on ``main`` (stream 0) and the ``side`` streams by ``plan``: the
     side streams start after what ``main`` holds so far, each launch first waits for its
-    dependencies on other streams, and ``main`` ends waiting for every side stream.
-    ``priorities``: per launch, a scheduling priority (latch.runtime.driver.launch_with) or
-    None."""
+    dependencies on other streams, and ``main`` ends waiting for every side stream."""
     on = [main] + list(side)
     events.fork.record(main)
     for k in plan.used:
@@ -156,10 +164,7 @@ def enqueue(plan: StreamPlan, launches: list, main, side: list, events: Events,
         s = on[plan.stream[i]]
         for d in plan.waits[i]:
             s.wait(events.at[d])
-        if priorities is None:
-            launch.enqueue(s)
-        else:
-            launch.enqueue(s, priorities[i])
+        launch.enqueue(s)
         if plan.record[i]:
             events.at[i].record(s)
     for t in plan.tails:

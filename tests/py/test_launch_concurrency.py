@@ -1,4 +1,4 @@
-"""Concurrent launches: the compiler's per-launch dependencies (passes/launch_dependencies.py)
+"""Concurrent launches: the compiler's per-launch dependencies (latch/runtime/dependencies.py)
 order every two launches that may address a common byte, and the runtime's stream plan
 (latch.runtime.streams) keeps every dependency — checked against brute force on random
 schedules (test_cuda_target checks that a compiled update lists them)."""
@@ -73,12 +73,24 @@ def _random_dag(rng, n: int) -> list:
 
 
 @pytest.mark.parametrize("policy", ["chains", "greedy"])
-def test_stream_plan_keeps_every_dependency(policy):
+@pytest.mark.parametrize("reserve", [False, True])
+def test_stream_plan_keeps_every_dependency(policy, reserve):
+    """Also with launches pinned to a stream and stream 0 avoided (latch.runtime.pipelined:
+    the apply phase on a stream of its own)."""
     rng = random.Random(1)
-    for streams in (1, 2, 4):
+    for streams in ((3, 4) if reserve else (1, 2, 4)):
         for _ in range(200):
             after = _random_dag(rng, rng.randint(1, 40))
-            p = plan(after, streams, policy)
+            pinned = avoid = None
+            if reserve:
+                pinned = [streams - 1 if rng.random() < 0.3 else None for _ in after]
+                avoid = frozenset({0})
+                p = plan(after, streams, policy, pinned=pinned, avoid=avoid)
+                assert all(s == q for s, q in zip(p.stream, pinned) if q is not None)
+                reserved = avoid | {q for q in pinned if q is not None}
+                assert all(s not in reserved for s, q in zip(p.stream, pinned) if q is None)
+            else:
+                p = plan(after, streams, policy)
             n = len(after)
             assert all(0 <= s < streams for s in p.stream)
             edges = []
@@ -118,6 +130,8 @@ def test_the_longest_chain_stays_on_one_stream():
     assert chains.waits[2] == [] and greedy.waits[2] == [0]
     with pytest.raises(ValueError, match="policy"):
         plan(after, 4, "fastest")
+    with pytest.raises(ValueError, match="every stream is reserved"):
+        plan(after, 2, pinned=[1] + [None] * 5, avoid=frozenset({0}))
 
 
 def test_stream_plan_policy_from_the_environment(monkeypatch):
