@@ -21,8 +21,10 @@ rebuilt from its seed; the workload's fixed batch):
    bench/tinymoe_bench_gpu.py times it; ``latch-split`` — the step phase's graph then the
    apply phase's graph (the same update without the guard, so the guard's share shows);
    ``latch-pipelined`` — one steady graph a call (the previous update's apply phase and
-   this one's step phase); ``latch-pipelined-priorities`` — the same with the step phase's
-   launches at the greatest scheduling priority and the apply phase's at the least.
+   this one's step phase; the apply phase's kernels on a stream of their own, launched
+   plainly); ``latch-pipelined-priorities`` — the same with the step phase's streams at
+   the greatest scheduling priority; ``latch-pipelined-priorities-pdlapply`` — that with
+   the apply phase's kernels launched with programmatic stream serialization too.
 
 Prints each figure and writes the records (``workload``, ``engine``, ``median_ms``,
 ``min_ms``, ``max_ms``, ``gpu``, ``torch``, ``commit``, ``date``, plus the split point and
@@ -93,6 +95,7 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
 
     runner = PipelinedUpdates(prog)
     ranked = PipelinedUpdates(prog, priorities=True)
+    chained = PipelinedUpdates(prog, priorities=True, apply_dependent=True)
 
     def pipelined(r):
         prog.load_state(initial)
@@ -138,19 +141,20 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
 
     engines = {"latch": lambda: prog.step(state, *inputs), "latch-split": split_update,
                "latch-pipelined": lambda: runner.step(*inputs),
-               "latch-pipelined-priorities": lambda: ranked.step(*inputs)}
+               "latch-pipelined-priorities": lambda: ranked.step(*inputs),
+               "latch-pipelined-priorities-pdlapply": lambda: chained.step(*inputs)}
     times = {e: [] for e in engines}
     half = max(1, args.iters // 2)
     for e in engines:                                # capture every graph first
         timed(engines[e], 3)
-        runner.flush()
-        ranked.flush()
+        for r in (runner, ranked, chained):
+            r.flush()
     for order in (list(engines), list(reversed(engines))):
         for e in order:
             times[e] += timed(engines[e], half)
-            runner.flush()
-            ranked.flush()
-    for r in (runner, ranked, split):
+            for r in (runner, ranked, chained):
+                r.flush()
+    for r in (runner, ranked, chained, split):
         r.close()
     records = []
     ref = statistics.median(times["latch"])

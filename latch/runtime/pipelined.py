@@ -113,7 +113,7 @@ class PipelinedUpdates:
     and returns the outputs; ``flush()`` runs the pending apply phase, after which the
     program's state is that of every update so far.  No non-finite guard."""
 
-    def __init__(self, prog, priorities: bool = False):
+    def __init__(self, prog, priorities: bool = False, apply_dependent: bool = False):
         if len(prog.variants) != 1:
             raise LatchError("pipelined updates: programs with every(N) variants are not "
                              "supported")
@@ -149,6 +149,12 @@ class PipelinedUpdates:
         self.step_streams = [drv.Stream(prog.device, priority=greatest)
                              for _ in range(max(1, len(prog.side_streams)))]
         self.apply_stream = drv.Stream(prog.device)
+        # the apply phase's kernels launched plainly (``apply_dependent`` False): with
+        # programmatic stream serialization each of them is launched as soon as every block
+        # of the one before it has started, so its blocks hold the SMs, waiting, while that
+        # one finishes, and the step phase's blocks find no room between them
+        self.apply_dependent = apply_dependent and prog.dependent_launches
+        self._apply_launches: dict = {}
         self.uses: dict = {}
 
     # -- graphs ---------------------------------------------------------------------------
@@ -156,13 +162,31 @@ class PipelinedUpdates:
         """[(phase, launch specs, launch objects, placement)] of a head, steady or flush
         graph."""
         s, made = self.start, self.variant.setup
-        apply_part = ("apply", self.specs[s:], made(at).launches[s:], at)
+        apply_part = ("apply", self.specs[s:], self._apply(at), at)
         if kind == "head":
             return [("step", self.specs[:s], made(at).launches[:s], at)]
         if kind == "flush":
             return [apply_part]
         nxt = at ^ self.flips
         return [apply_part, ("step", self.specs[:s], made(nxt).launches[:s], nxt)]
+
+    def _apply(self, at: frozenset) -> list:
+        """The apply phase's launch objects in placement ``at``."""
+        found = self._apply_launches.get(at)
+        if found is None:
+            if self.apply_dependent:
+                found = self.variant.setup(at).launches[self.start:]
+            else:
+                from latch.runtime.program import make_launches
+
+                prog = self.prog
+
+                def resolve(loc):
+                    return prog._resolve(prog.swap(loc, at) if at else loc)
+
+                found = make_launches(self.specs[self.start:], prog.modules, resolve, False)
+            self._apply_launches[at] = found
+        return found
 
     def _record(self, kind: str, at: frozenset) -> None:
         """Enqueue one graph's launches on the program's streams (see _Variant's planned
