@@ -67,11 +67,19 @@ def summary(times: list[float]) -> dict:
 
 def max_rel_diff(a: dict, b: dict) -> float:
     """The largest relative L2 difference of a tensor of ``b`` from the same of ``a``."""
-    worst = 0.0
+    return worst_tensor(a, b)[0]
+
+
+def worst_tensor(a: dict, b: dict) -> tuple[float, str | None]:
+    """(the largest relative L2 difference of a tensor of ``b`` from the same of ``a``,
+    that tensor's name)."""
+    worst, name = 0.0, None
     for n in a:
         x, y = a[n].double(), b[n].double()
-        worst = max(worst, float((x - y).norm() / x.norm().clamp_min(1e-30)))
-    return worst
+        d = float((x - y).norm() / x.norm().clamp_min(1e-30))
+        if d > worst:
+            worst, name = d, n
+    return worst, name
 
 
 def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
@@ -116,6 +124,8 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
                                                            for n in want),
              "max_rel_diff_pipelined": max_rel_diff(want, got),
              "max_rel_diff_sequential_again": max_rel_diff(want, want2),
+             "worst_tensor_pipelined": worst_tensor(want, got)[1],
+             "worst_tensor_sequential_again": worst_tensor(want, want2)[1],
              "losses_sequential": seq, "losses_pipelined": piped, "losses_again": again}
     check["same_results"] = check["same_bits"] or (
         not check["sequential_repeatable"] and
