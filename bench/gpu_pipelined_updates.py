@@ -25,6 +25,10 @@ rebuilt from its seed; the workload's fixed batch):
    plainly); ``latch-pipelined-priorities`` — the same with the step phase's streams at
    the greatest scheduling priority; ``latch-pipelined-priorities-pdlapply`` — that with
    the apply phase's kernels launched with programmatic stream serialization too.
+3. **A diagnostic** (timing only; the state is garbage after it): the step phase alone, the
+   apply phase alone, and the two in one graph with no order between them
+   (``PipelinedUpdates.unordered_step``): how much running side by side costs the step
+   phase's chain when nothing makes it wait for the apply phase.
 
 Prints each figure and writes the records (``workload``, ``engine``, ``median_ms``,
 ``min_ms``, ``max_ms``, ``gpu``, ``torch``, ``commit``, ``date``, plus the split point and
@@ -164,7 +168,24 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
             times[e] += timed(engines[e], half)
             for r in (runner, ranked, chained):
                 r.flush()
-    for r in (runner, ranked, chained, split):
+    # 3. a diagnostic (the state is garbage afterwards): the two phases side by side
+    # with no order between them, against the step phase alone
+    head = PipelinedUpdates(prog, priorities=True)
+
+    def step_alone():
+        head.step(*inputs)
+        head.pending = None            # drop the apply phase: timing only
+
+    def apply_alone():
+        split.pending = prog.at_new    # the apply phase on the live state: timing only
+        split.flush()
+
+    for e, fn in (("diag-step-phase-alone", step_alone),
+                  ("diag-apply-phase-alone", apply_alone),
+                  ("diag-phases-unordered", ranked.unordered_step)):
+        timed(fn, 3)
+        times[e] = timed(fn, half)
+    for r in (runner, ranked, chained, split, head):
         r.close()
     records = []
     ref = statistics.median(times["latch"])

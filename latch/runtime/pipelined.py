@@ -167,6 +167,8 @@ class PipelinedUpdates:
             return [("step", self.specs[:s], made(at).launches[:s], at)]
         if kind == "flush":
             return [apply_part]
+        if kind == "unordered":     # timing diagnostic: see unordered_step
+            return [apply_part, ("step", self.specs[:s], made(at).launches[:s], at)]
         nxt = at ^ self.flips
         return [apply_part, ("step", self.specs[:s], made(nxt).launches[:s], nxt)]
 
@@ -193,8 +195,13 @@ class PipelinedUpdates:
         enqueue), then the output copies of its step phase."""
         prog = self.prog
         parts = self._parts(kind, at)
-        after = combined_after([(specs, place) for _, specs, _, place in parts],
-                               prog.swap.slots)
+        if kind == "unordered":     # each part ordered within itself, not with the other
+            a = combined_after([(parts[0][1], at)], prog.swap.slots)
+            b = combined_after([(parts[1][1], at)], prog.swap.slots)
+            after = a + [[d + len(a) for d in deps] for deps in b]
+        else:
+            after = combined_after([(specs, place) for _, specs, _, place in parts],
+                                   prog.swap.slots)
         launches = [la for _, _, objs, _ in parts for la in objs]
         side = self.step_streams + [self.apply_stream]
         pinned = [len(side) if phase == "apply" else None
@@ -259,6 +266,17 @@ class PipelinedUpdates:
             outs.append(o)
         current.wait_stream(prog.torch_stream)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def unordered_step(self) -> None:
+        """A timing diagnostic, not an update: one graph of the apply phase and the step
+        phase in the same placement with no order between the two (they race on the
+        gradients and new state values: the state is garbage afterwards — reload it).
+        Its time against the step phase alone and the two one after the other tells how
+        much running side by side costs the step phase's chain when nothing makes it
+        wait for the apply phase."""
+        if self.pending is not None:
+            raise LatchError("unordered_step: flush the pending apply phase first")
+        self._run("unordered", self.prog.at_new)
 
     def flush(self) -> None:
         """Run the pending apply phase (if any): the program's state is then that of every
