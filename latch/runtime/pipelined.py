@@ -1,7 +1,16 @@
 """Pipelined updates (experimental, measured by bench/gpu_pipelined_updates.py): the apply
 phase of update t — the optimizer's steps, which wait for the gradient norm of the whole
 update — in the same CUDA graph as the step phase of update t + 1 (forward and backward),
-so that the optimizer's memory traffic overlaps the next forward's kernels.
+so that the optimizer's memory traffic may overlap the next forward's kernels.
+
+Measured (H100, TinyMoE; bench/results/pipelined-*.json): the same results as updates one
+after the other (bit for bit where those are repeatable), but little time saved: B2 6.41 ms
+a steady update against 6.53 one after the other, though its step phase alone takes 4.6 ms
+and its apply phase alone 1.9 ms.  The order allows the overlap — each layer's forward
+waits only for its own parameters' optimizer launches — and still the two phases take about
+as long side by side as one after the other; see the README ("fifteenth stop") for what
+was tried and :meth:`PipelinedUpdates.unordered_step` for the diagnostic that tells the
+causes apart.
 
 An update's launch list splits at :func:`apply_phase_start`: the *apply phase* is the
 shortest suffix, after the last launch that writes an output, whose every launch depends
@@ -107,6 +116,17 @@ def combined_after(parts: list[tuple[list, frozenset]], slots: dict) -> list[lis
     return launch_dependencies(touched)
 
 
+def side_by_side_after(parts: list[tuple[list, frozenset]], slots: dict) -> list[list[int]]:
+    """``after`` lists for the launches of ``parts`` with each part ordered within itself
+    and no order between parts (a timing diagnostic: :meth:`PipelinedUpdates.
+    unordered_step`)."""
+    out: list[list[int]] = []
+    for part in parts:
+        base = len(out)
+        out += [[d + base for d in deps] for deps in combined_after([part], slots)]
+    return out
+
+
 class PipelinedUpdates:
     """Run a :class:`~latch.runtime.program.CudaProgram`'s updates pipelined (see the module
     docstring): ``step(*inputs)`` runs the pending apply phase and this update's step phase
@@ -195,10 +215,9 @@ class PipelinedUpdates:
         enqueue), then the output copies of its step phase."""
         prog = self.prog
         parts = self._parts(kind, at)
-        if kind == "unordered":     # each part ordered within itself, not with the other
-            a = combined_after([(parts[0][1], at)], prog.swap.slots)
-            b = combined_after([(parts[1][1], at)], prog.swap.slots)
-            after = a + [[d + len(a) for d in deps] for deps in b]
+        if kind == "unordered":
+            after = side_by_side_after([(specs, place) for _, specs, _, place in parts],
+                                       prog.swap.slots)
         else:
             after = combined_after([(specs, place) for _, specs, _, place in parts],
                                    prog.swap.slots)

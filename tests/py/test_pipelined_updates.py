@@ -134,6 +134,21 @@ def test_two_updates_in_one_graph_keep_every_conflicting_pair_in_order(tiny_moe)
         assert len(gating) < n_apply
 
 
+def test_side_by_side_parts_are_ordered_within_not_between(tiny_moe):
+    from latch.runtime import commit
+    from latch.runtime.pipelined import side_by_side_after
+
+    m = tiny_moe[2].manifest
+    launches = m["launches"]
+    s = apply_phase_start(launches)
+    slots = commit.swap_slots(m)
+    after = side_by_side_after([(launches[s:], frozenset()), (launches[:s], frozenset())],
+                               slots)
+    n_apply = len(launches) - s
+    assert after[:n_apply] == combined_after([(launches[s:], frozenset())], slots)
+    assert after[n_apply:] == [[d + n_apply for d in la["after"]] for la in launches[:s]]
+
+
 def _has_gpu() -> bool:
     try:
         import torch
