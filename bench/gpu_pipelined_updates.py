@@ -48,22 +48,6 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 
 
-def timed(fn, n: int) -> list[float]:
-    """Milliseconds of ``n`` calls of ``fn``, each between two CUDA events, synchronized."""
-    import torch
-
-    out = []
-    for _ in range(n):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return out
-
-
 def summary(times: list[float]) -> dict:
     return {"median_ms": round(statistics.median(times), 4), "min_ms": round(min(times), 4),
             "max_ms": round(max(times), 4), "iters": len(times)}
@@ -90,6 +74,7 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
     import torch
 
     from gpu_profile_launches import loaded_with_state
+    from tinymoe_bench_gpu import event_times
     from latch.runtime.pipelined import PipelinedUpdates
 
     prog, state, inputs = loaded_with_state(artifact, workload)
@@ -160,12 +145,12 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
     times = {e: [] for e in engines}
     half = max(1, args.iters // 2)
     for e in engines:                                # capture every graph first
-        timed(engines[e], 3)
+        event_times(engines[e], 3)
         for r in (runner, ranked, chained):
             r.flush()
     for order in (list(engines), list(reversed(engines))):
         for e in order:
-            times[e] += timed(engines[e], half)
+            times[e] += event_times(engines[e], half)
             for r in (runner, ranked, chained):
                 r.flush()
     # 3. a diagnostic (the state is garbage afterwards): the two phases side by side
@@ -183,8 +168,8 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
     for e, fn in (("diag-step-phase-alone", step_alone),
                   ("diag-apply-phase-alone", apply_alone),
                   ("diag-phases-unordered", ranked.unordered_step)):
-        timed(fn, 3)
-        times[e] = timed(fn, half)
+        event_times(fn, 3)
+        times[e] = event_times(fn, half)
     for r in (runner, ranked, chained, split, head):
         r.close()
     records = []

@@ -74,7 +74,8 @@ ART = os.path.join(ROOT, "bench", "artifacts", "tinymoe196m")
 ENGINES = ("latch", "torch-eager", "torch-compile-graph")
 
 
-def events_ms(fn, n):
+def event_times(fn, n) -> list[float]:
+    """Milliseconds of ``n`` calls of ``fn``, each between two CUDA events, synchronized."""
     import torch
     times = []
     for _ in range(n):
@@ -85,6 +86,11 @@ def events_ms(fn, n):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
+    return times
+
+
+def events_ms(fn, n):
+    times = event_times(fn, n)
     return {"median_ms": statistics.median(times), "min_ms": min(times),
             "max_ms": max(times), "iters": n}
 

@@ -254,37 +254,18 @@ class PipelinedUpdates:
     # -- the API --------------------------------------------------------------------------
     def step(self, *inputs):
         """One update's step phase, after the pending apply phase; returns its outputs."""
-        import torch
-
-        prog = self.prog
-        tensors = prog.check_inputs(inputs)
-        prog._settle()
-        prog.device.make_current()
-        current = torch.cuda.current_stream(prog.torch_device)
-        prog.torch_stream.wait_stream(current)
-        for t, buf in zip(tensors, prog.input_buffers):
-            if t.data_ptr() != buf.ptr:
-                drv.memcpy_dtod(buf.ptr, t.data_ptr(), buf.nbytes, prog.stream, buf.label)
-            t.record_stream(prog.torch_stream)
-        if self.pending is None:
-            at = prog.at_new
-            self._run("head", at)
-        else:
-            self._run("steady", self.pending)
-            at = self.pending ^ self.flips
-            prog.at_new = at             # the applied update's state lives there now
-        self.pending = at
-        self.steps += 1
-        outs = []
-        from latch.runtime.program import torch_dtype
-        for buf in prog.output_buffers:
-            o = torch.empty(tuple(buf.spec["shape"]), dtype=torch_dtype(buf.spec["dtype"]),
-                            device=prog.torch_device)
-            o.record_stream(prog.torch_stream)
-            drv.memcpy_dtod(o.data_ptr(), buf.ptr, buf.nbytes, prog.stream, buf.label)
-            outs.append(o)
-        current.wait_stream(prog.torch_stream)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        def run():
+            prog = self.prog
+            if self.pending is None:
+                at = prog.at_new
+                self._run("head", at)
+            else:
+                self._run("steady", self.pending)
+                at = self.pending ^ self.flips
+                prog.at_new = at             # the applied update's state lives there now
+            self.pending = at
+            self.steps += 1
+        return self.prog.run_step(inputs, run)
 
     def unordered_step(self) -> None:
         """A timing diagnostic, not an update: one graph of the apply phase and the step

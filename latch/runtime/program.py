@@ -457,6 +457,18 @@ class CudaProgram:
 
     def _step(self, *inputs):
         """One update.  Returns the outputs (a tensor, or a tuple if several)."""
+        def run():
+            variant = self._variant()
+            variant.run(self.stream, self.use_graph, self.timings, self.at_new)
+            self._pending_flips = variant.flips
+            self._status_pending = bool(variant.flips)
+        return self.run_step(inputs, run)
+
+    def run_step(self, inputs, run):
+        """Check ``inputs`` and copy them into the staging buffers (after the caller's
+        stream), call ``run()`` — which enqueues an update's work on the program's stream —,
+        copy the outputs into fresh tensors (the caller's stream waits for them).  Returns
+        the outputs (a tensor, or a tuple if several)."""
         import torch
 
         tensors = self.check_inputs(inputs)
@@ -468,10 +480,7 @@ class CudaProgram:
             if t.data_ptr() != buf.ptr:
                 drv.memcpy_dtod(buf.ptr, t.data_ptr(), buf.nbytes, self.stream, buf.label)
             t.record_stream(self.torch_stream)
-        variant = self._variant()
-        variant.run(self.stream, self.use_graph, self.timings, self.at_new)
-        self._pending_flips = variant.flips
-        self._status_pending = bool(variant.flips)
+        run()
         outs = []
         for buf in self.output_buffers:   # allocated on the caller's stream, written on ours
             o = torch.empty(tuple(buf.spec["shape"]), dtype=torch_dtype(buf.spec["dtype"]),

@@ -134,6 +134,29 @@ def test_two_updates_in_one_graph_keep_every_conflicting_pair_in_order(tiny_moe)
         assert len(gating) < n_apply
 
 
+def test_programs_it_cannot_pipeline_are_refused_before_any_gpu_work():
+    """every(N) variants, data-parallel programs, states that commit by copy and a launch
+    list without an apply phase: a LatchError naming the reason (no stream is made)."""
+    from types import SimpleNamespace as NS
+
+    from latch.runtime.pipelined import PipelinedUpdates
+
+    def prog(variants=1, collectives=(), copies=(), slots=None, launches=None):
+        spec = {"collectives": list(collectives), "copies": list(copies),
+                "launches": launches if launches is not None else []}
+        v = NS(spec=spec, flips=frozenset())
+        return NS(variants=[v] * variants, swap=NS(slots=slots or {}))
+
+    with pytest.raises(LatchError, match="every\\(N\\) variants"):
+        PipelinedUpdates(prog(variants=2))
+    with pytest.raises(LatchError, match="data-parallel"):
+        PipelinedUpdates(prog(collectives=[{"op": "all_reduce"}]))
+    with pytest.raises(LatchError, match="commit by swap.*states \\[0\\] commit by copy"):
+        PipelinedUpdates(prog(copies=[{"src": {"arena": 0}, "dst": {"state": 0}}]))
+    with pytest.raises(LatchError, match="no apply phase"):
+        PipelinedUpdates(prog(launches=[{"args": [], "after": []}]))
+
+
 def test_side_by_side_parts_are_ordered_within_not_between(tiny_moe):
     from latch.runtime import commit
     from latch.runtime.pipelined import side_by_side_after
