@@ -8,7 +8,7 @@ after the other (bit for bit where those are repeatable), but little time saved:
 a steady update against 6.53 one after the other, though its step phase alone takes 4.6 ms
 and its apply phase alone 1.9 ms.  The order allows the overlap — each layer's forward
 waits only for its own parameters' optimizer launches — and still the two phases take about
-as long side by side as one after the other; see the README ("fifteenth stop") for what
+as long side by side as one after the other; see docs/results-log.md ("fifteenth stop") for what
 was tried and :meth:`PipelinedUpdates.unordered_step` for the diagnostic that tells the
 causes apart.
 
