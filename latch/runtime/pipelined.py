@@ -24,7 +24,8 @@ phase* is the rest.  Then, with ``P`` the placement of the swapped states
   ``P``: it reads the old state and writes the new one into the other buffers) and its own
   step phase (placement ``P ^ flips``: it reads that new state) — the *steady* graphs, one
   per placement;
-* reading the state first runs the pending apply phase alone (the *flush*).
+* ``flush()`` runs the pending apply phase alone (the *flush*): call it before reading
+  the state.
 
 The order between the two updates' launches comes from the byte ranges each launch can
 address (the manifest's ``touches``, with the swapped states' buffers exchanged per
@@ -38,7 +39,8 @@ checks it).
 Not yet done (why this is not a ``latch.compile`` option): the non-finite guard (the flag of
 update t is complete only after its apply phase, in the next graph, while that graph's step
 phase has already read the new state, and the step phase writes gradients into the old
-state's buffers — latch-write-in-place — so a skipped update could not be rolled back), every(N)
+state's buffers — a parameter's gradient lives in the slot its new value is then written
+over, the state's other buffer — so a skipped update could not be rolled back), every(N)
 variants, collectives, states that commit by copy.  :class:`PipelinedUpdates` refuses those
 programs with a :class:`LatchError`.
 """
