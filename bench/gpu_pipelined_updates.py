@@ -53,11 +53,6 @@ def summary(times: list[float]) -> dict:
             "max_ms": round(max(times), 4), "iters": len(times)}
 
 
-def max_rel_diff(a: dict, b: dict) -> float:
-    """The largest relative L2 difference of a tensor of ``b`` from the same of ``a``."""
-    return worst_tensor(a, b)[0]
-
-
 def worst_tensor(a: dict, b: dict) -> tuple[float, str | None]:
     """(the largest relative L2 difference of a tensor of ``b`` from the same of ``a``,
     that tensor's name)."""
@@ -104,17 +99,19 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
     piped, got = pipelined(runner)
     piped2, got2 = pipelined(ranked)
     again, want2 = sequential()
+    (d_piped, n_piped), (d_ranked, _), (d_again, n_again) = (
+        worst_tensor(want, other) for other in (got, got2, want2))
     check = {"apply_from": runner.start, "updates_checked": args.updates,
              "same_bits": piped == seq and all(torch.equal(want[n], got[n]) for n in want),
              "same_bits_with_priorities": piped2 == seq and all(
                  torch.equal(want[n], got2[n]) for n in want),
-             "max_rel_diff_pipelined_with_priorities": max_rel_diff(want, got2),
+             "max_rel_diff_pipelined_with_priorities": d_ranked,
              "sequential_repeatable": again == seq and all(torch.equal(want[n], want2[n])
                                                            for n in want),
-             "max_rel_diff_pipelined": max_rel_diff(want, got),
-             "max_rel_diff_sequential_again": max_rel_diff(want, want2),
-             "worst_tensor_pipelined": worst_tensor(want, got)[1],
-             "worst_tensor_sequential_again": worst_tensor(want, want2)[1],
+             "max_rel_diff_pipelined": d_piped,
+             "max_rel_diff_sequential_again": d_again,
+             "worst_tensor_pipelined": n_piped,
+             "worst_tensor_sequential_again": n_again,
              "losses_sequential": seq, "losses_pipelined": piped, "losses_again": again}
     check["same_results"] = check["same_bits"] or (
         not check["sequential_repeatable"] and

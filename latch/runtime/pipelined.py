@@ -47,8 +47,8 @@ programs with a :class:`LatchError`.
 from __future__ import annotations
 
 from latch.errors import LatchError
+from latch.runtime import commit, streams
 from latch.runtime import driver as drv
-from latch.runtime import streams
 from latch.runtime.dependencies import launch_dependencies
 
 
@@ -74,7 +74,7 @@ def apply_phase_start(launches: list[dict]) -> int | None:
             b |= (1 << c) | below[c]
         below[i] = b
     best = None
-    for s in range(max(first, 1), n):
+    for s in range(first, n):
         suffix = ((1 << n) - 1) ^ ((1 << s) - 1)        # bits s .. n-1
         if below[s - 1] & suffix == suffix:
             best = s                                    # the shortest such suffix wins
@@ -142,8 +142,7 @@ class PipelinedUpdates:
         variant = prog.variants[0]
         if variant.spec.get("collectives"):
             raise LatchError("pipelined updates: data-parallel programs are not supported")
-        written = {c["dst"]["state"] for c in variant.spec.get("copies", [])
-                   if "state" in c["dst"]}
+        written = commit.written_states(variant.spec)
         if not written <= set(prog.swap.slots):
             raise LatchError("pipelined updates need every new state value to commit by swap "
                              f"(states {sorted(written - set(prog.swap.slots))} commit by "
@@ -158,7 +157,6 @@ class PipelinedUpdates:
         self.pending: frozenset | None = None   # placement of the step whose apply is due
         self.graphs: dict = {}                  # (kind, placement) -> CUDA graph
         self.events: dict = {}                  # (kind, placement) -> streams.Events
-        self.steps = 0
         # streams: the program's own (fork and join only), as many for the step phase as
         # the program uses, and one for the apply phase, whose launches depend on nothing
         # in their graph: on one stream of their own, in the order the next forward needs
@@ -203,12 +201,8 @@ class PipelinedUpdates:
             else:
                 from latch.runtime.program import make_launches
 
-                prog = self.prog
-
-                def resolve(loc):
-                    return prog._resolve(prog.swap(loc, at) if at else loc)
-
-                found = make_launches(self.specs[self.start:], prog.modules, resolve, False)
+                found = make_launches(self.specs[self.start:], self.prog.modules,
+                                      self.prog.resolver(at), False)
             self._apply_launches[at] = found
         return found
 
@@ -266,7 +260,6 @@ class PipelinedUpdates:
                 at = self.pending ^ self.flips
                 prog.at_new = at             # the applied update's state lives there now
             self.pending = at
-            self.steps += 1
         return self.prog.run_step(inputs, run)
 
     def unordered_step(self) -> None:

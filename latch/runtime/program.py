@@ -293,6 +293,13 @@ class CudaProgram:
                                                   "input": self.input_buffers,
                                                   "output": self.output_buffers})
 
+    def resolver(self, at_new: frozenset):
+        """The device address of a manifest location in the placement ``at_new`` (the
+        swapped states living in their new-value slots: latch.runtime.commit)."""
+        if not at_new:
+            return self._resolve
+        return lambda loc: self._resolve(self.swap(loc, at_new))
+
     # -- state --------------------------------------------------------------------------------
     def _settle(self) -> None:
         """Read the last step's flag if it committed by swap and is not read yet (so the
@@ -621,11 +628,7 @@ class _Variant:
         if found is not None:
             return found
         prog, spec = self.prog, self.spec
-        if at_new:
-            def resolve(loc):
-                return prog._resolve(prog.swap(loc, at_new))
-        else:
-            resolve = prog._resolve
+        resolve = prog.resolver(at_new)
         made = _Setup(make_launches(spec["launches"], prog.modules, resolve,
                                     prog.dependent_launches),
                       [(resolve(c["src"]), resolve(c["dst"]), int(c["bytes"]))

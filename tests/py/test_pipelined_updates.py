@@ -11,12 +11,7 @@ import pytest
 from latch.errors import LatchError
 from latch.runtime.dependencies import launch_dependencies
 from latch.runtime.pipelined import apply_phase_start, combined_after, placed
-
-
-def _adamw_clip():
-    from latch import optim
-    return optim.clip_grad_norm(0.5, optim.AdamW(optim.warmup_cosine(1e-2, 2, 6, 0.1),
-                                                 betas=(0.9, 0.95), weight_decay=0.1))
+from test_cuda_target import _adamw_clip, _has_gpu
 
 
 @pytest.fixture(scope="module")
@@ -170,14 +165,6 @@ def test_side_by_side_parts_are_ordered_within_not_between(tiny_moe):
     n_apply = len(launches) - s
     assert after[:n_apply] == combined_after([(launches[s:], frozenset())], slots)
     assert after[n_apply:] == [[d + n_apply for d in la["after"]] for la in launches[:s]]
-
-
-def _has_gpu() -> bool:
-    try:
-        import torch
-        return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001
-        return False
 
 
 PREBUILT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
