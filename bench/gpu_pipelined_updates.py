@@ -164,7 +164,7 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
 
     for e, fn in (("diag-step-phase-alone", step_alone),
                   ("diag-apply-phase-alone", apply_alone),
-                  ("diag-phases-unordered", ranked.unordered_step)):
+                  ("diag-phases-unordered", lambda: ranked.unordered_step(*inputs))):
         event_times(fn, 3)
         times[e] = event_times(fn, half)
     for r in (runner, ranked, chained, split, head):

@@ -262,16 +262,17 @@ class PipelinedUpdates:
             self.pending = at
         return self.prog.run_step(inputs, run)
 
-    def unordered_step(self) -> None:
+    def unordered_step(self, *inputs) -> None:
         """A timing diagnostic, not an update: one graph of the apply phase and the step
         phase in the same placement with no order between the two (they race on the
         gradients and new state values: the state is garbage afterwards — reload it).
         Its time against the step phase alone and the two one after the other tells how
         much running side by side costs the step phase's chain when nothing makes it
-        wait for the apply phase."""
+        wait for the apply phase.  Runs between the caller's stream and the program's as
+        :meth:`step` does (so CUDA events on the caller's stream time it)."""
         if self.pending is not None:
             raise LatchError("unordered_step: flush the pending apply phase first")
-        self._run("unordered", self.prog.at_new)
+        self.prog.run_step(inputs, lambda: self._run("unordered", self.prog.at_new))
 
     def flush(self) -> None:
         """Run the pending apply phase (if any): the program's state is then that of every
