@@ -95,7 +95,28 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
         r.flush()
         return losses, prog.state_dict()
 
+    greens = {}
+    for n in args.apply_sms:         # the apply phase in a green context of n SMs
+        try:
+            greens[n] = PipelinedUpdates(prog, priorities=True, apply_sms=n)
+        except Exception as e:       # noqa: BLE001 - say why and time the rest
+            print(f"  green context of {n} SMs: {type(e).__name__}: {e}", flush=True)
     seq, want = sequential()
+    green_checks = {}
+    for n, r in list(greens.items()):
+        try:
+            losses, got_g = pipelined(r)
+        except Exception as e:       # noqa: BLE001
+            print(f"  pipelined with the apply phase on {n} SMs: {type(e).__name__}: {e}",
+                  flush=True)
+            del greens[n]
+            continue
+        d, worst = worst_tensor(want, got_g)
+        green_checks[n] = {"sms": r.green.sms, "same_bits": losses == seq and all(
+            torch.equal(want[k], got_g[k]) for k in want), "max_rel_diff_pipelined": d,
+            "worst_tensor_pipelined": worst, "losses_pipelined": losses}
+        print(f"  apply phase on {r.green.sms} SMs: {green_checks[n]}", flush=True)
+        del got_g
     piped, got = pipelined(runner)
     piped2, got2 = pipelined(ranked)
     again, want2 = sequential()
@@ -139,16 +160,18 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
                "latch-pipelined": lambda: runner.step(*inputs),
                "latch-pipelined-priorities": lambda: ranked.step(*inputs),
                "latch-pipelined-priorities-pdlapply": lambda: chained.step(*inputs)}
+    for n, r in greens.items():
+        engines[f"latch-pipelined-green{r.green.sms}"] = (lambda r=r: r.step(*inputs))
     times = {e: [] for e in engines}
     half = max(1, args.iters // 2)
     for e in engines:                                # capture every graph first
         event_times(engines[e], 3)
-        for r in (runner, ranked, chained):
+        for r in (runner, ranked, chained, *greens.values()):
             r.flush()
     for order in (list(engines), list(reversed(engines))):
         for e in order:
             times[e] += event_times(engines[e], half)
-            for r in (runner, ranked, chained):
+            for r in (runner, ranked, chained, *greens.values()):
                 r.flush()
     # 3. a diagnostic (the state is garbage afterwards): the two phases side by side
     # with no order between them, against the step phase alone
@@ -167,14 +190,17 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
                   ("diag-phases-unordered", lambda: ranked.unordered_step(*inputs))):
         event_times(fn, 3)
         times[e] = event_times(fn, half)
-    for r in (runner, ranked, chained, split, head):
+    for r in (runner, ranked, chained, split, head, *greens.values()):
         r.close()
     records = []
     ref = statistics.median(times["latch"])
     for e, t in times.items():
         rec = dict(base, engine=e, **summary(t))
         rec["vs_latch"] = round(ref / rec["median_ms"], 4)
-        if e.startswith("latch-pipelined"):
+        if e.startswith("latch-pipelined-green"):
+            rec.update(next(c for c in green_checks.values()
+                            if e == f"latch-pipelined-green{c['sms']}"))
+        elif e.startswith("latch-pipelined"):
             rec.update(check)
         records.append(rec)
         print(f"  {e:16s} {rec['median_ms']:8.3f} ms ({rec['min_ms']:.3f}–{rec['max_ms']:.3f})"
@@ -188,7 +214,11 @@ def main(argv=None) -> int:
     p.add_argument("runs", nargs="+", help="ARTIFACT=WORKLOAD (e.g. …-b2-bf16.latch=tinymoe-b2)")
     p.add_argument("--updates", type=int, default=6)
     p.add_argument("--iters", type=int, default=40)
+    p.add_argument("--apply-sms", default="",
+                   help="comma-separated SM counts: also pipelined with the apply phase in "
+                        "a green context of that many SMs (latch-pipelined-green<N>)")
     args = p.parse_args(argv)
+    args.apply_sms = [int(x) for x in args.apply_sms.split(",") if x]
     import torch
 
     from latch.runtime import driver as drv

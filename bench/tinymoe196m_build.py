@@ -153,6 +153,7 @@ OFF_SWITCHES = {
                            "epilogue-readers=all"),
     "prefetch": ("latch-form-kernels", "latch-form-contraction-kernels",
                  "epilogue-prefetch=true"),
+    "unroll16": ("latch-form-kernels", "latch-unroll-short-loops", "max-trips=16 max-ops=1024"),
 }
 
 

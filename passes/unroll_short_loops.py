@@ -48,16 +48,16 @@ def loops_in_parallel_bodies(op, inside: bool = False) -> list:
     return found
 
 
-def _short_loops(op, max_trips: int) -> list:
+def _short_loops(op, max_trips: int, max_ops: int = MAX_OPS) -> list:
     """The loops of :func:`loops_in_parallel_bodies` that may be unrolled: constant
     bounds, at most ``max_trips`` iterations, a body without nested regions, at most
-    MAX_OPS ops unrolled."""
+    ``max_ops`` ops unrolled."""
     found = []
     for loop in loops_in_parallel_bodies(op):
         trips = trip_count(loop)
         body = [_op(o) for o in loop.regions[0].blocks[0].operations]
         if trips is not None and trips <= max_trips and \
-                trips * len(body) <= MAX_OPS and not any(o.regions for o in body):
+                trips * len(body) <= max_ops and not any(o.regions for o in body):
             found.append(loop)
     return found
 
@@ -68,11 +68,12 @@ class UnrollShortLoops(ModulePass):
     summary = ("short constant-trip loops in parallel loop bodies unrolled (straight-line "
                "bodies get vector lanes)")
     max_trips: int = 8
+    max_ops: int = MAX_OPS
 
     def apply(self, module) -> None:
         for f in function_definitions(module):
             while True:          # innermost loops first: their parents lose a region
-                loops = _short_loops(f, self.max_trips)
+                loops = _short_loops(f, self.max_trips, self.max_ops)
                 if not loops:
                     break
                 for loop in loops:

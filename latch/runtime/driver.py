@@ -10,6 +10,8 @@ device pointers, streams and other handles accept plain ``int`` addresses.
 """
 from __future__ import annotations
 
+import contextlib
+
 import threading
 
 import numpy as np
@@ -299,6 +301,74 @@ class Stream:
     def destroy(self) -> None:
         if getattr(self, "handle", None) is not None and self.owned:
             driver().cuStreamDestroy(self.handle)
+        self.handle = None
+
+
+class GreenContext:
+    """An SM partition of ``device`` (a CUDA 12.4+ *green context*): kernels launched into
+    its streams run on its SMs only, the rest of the GPU stays free for other streams.
+    Device memory is shared with the primary context; kernel modules are per context, so a
+    kernel runs here from a module loaded again here (:meth:`load`)."""
+
+    def __init__(self, device: Device, sms: int):
+        d = driver()
+        for fn in ("cuDeviceGetDevResource", "cuDevSmResourceSplitByCount",
+                   "cuGreenCtxCreate", "cuGreenCtxStreamCreate", "cuCtxFromGreenCtx"):
+            if getattr(d, fn, None) is None:
+                raise CudaError(f"green contexts need CUDA 12.4 driver bindings; the installed "
+                                f"cuda-bindings has no {fn}", fn)
+        self.device = device
+        whole = call("cuDeviceGetDevResource", device.handle,
+                     d.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM)
+        total = int(whole.sm.smCount)
+        if not 0 < sms < total:
+            raise CudaError(f"a green context of {sms} SMs: the GPU has {total}",
+                            "cuDevSmResourceSplitByCount")
+        got = call("cuDevSmResourceSplitByCount", 1, whole, 0, int(sms),
+                   what=f"{sms} of {total} SMs")
+        groups = got[0] if isinstance(got, tuple) else got
+        desc = call("cuDevResourceGenerateDesc", [groups[0]], 1)
+        self.sms = int(groups[0].sm.smCount)    # rounded up to the architecture's granule
+        self.handle = call("cuGreenCtxCreate", desc, device.handle,
+                           int(d.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM))
+        self.context = call("cuCtxFromGreenCtx", self.handle)
+        self._modules: dict[str, Module] = {}
+
+    def stream(self, priority: int = 0) -> Stream:
+        """A non-blocking stream whose kernels run on this partition's SMs."""
+        d = driver()
+        handle = call("cuGreenCtxStreamCreate", self.handle,
+                      int(d.CUstream_flags.CU_STREAM_NON_BLOCKING), int(priority))
+        s = Stream(self.device, handle=int(handle))
+        s.handle, s.owned = handle, True
+        return s
+
+    @contextlib.contextmanager
+    def current(self):
+        """This context current on the calling thread while the block runs."""
+        call("cuCtxPushCurrent", self.context)
+        try:
+            yield self
+        finally:
+            call("cuCtxPopCurrent")
+
+    def load(self, module: Module) -> Module:
+        """``module`` loaded in this context (once; kept until :meth:`destroy`)."""
+        found = self._modules.get(module.name)
+        if found is None:
+            with self.current():
+                found = Module(self.device, bytes(module._image), module.name)
+            self._modules[module.name] = found
+        return found
+
+    def destroy(self) -> None:
+        if getattr(self, "handle", None) is None:
+            return
+        with self.current():
+            for m in self._modules.values():
+                m.unload()
+        self._modules = {}
+        driver().cuGreenCtxDestroy(self.handle)
         self.handle = None
 
 

@@ -135,7 +135,8 @@ class PipelinedUpdates:
     and returns the outputs; ``flush()`` runs the pending apply phase, after which the
     program's state is that of every update so far.  No non-finite guard."""
 
-    def __init__(self, prog, priorities: bool = False, apply_dependent: bool = False):
+    def __init__(self, prog, priorities: bool = False, apply_dependent: bool = False,
+                 apply_sms: int | None = None):
         if len(prog.variants) != 1:
             raise LatchError("pipelined updates: programs with every(N) variants are not "
                              "supported")
@@ -168,12 +169,15 @@ class PipelinedUpdates:
         greatest = drv.priority_range()[1] if priorities else None
         self.step_streams = [drv.Stream(prog.device, priority=greatest)
                              for _ in range(max(1, len(prog.side_streams)))]
-        self.apply_stream = drv.Stream(prog.device)
+        # ``apply_sms``: the apply phase in a green context of that many SMs (an SM
+        # partition: its blocks never take the SMs the step phase's kernels run on)
+        self.green = drv.GreenContext(prog.device, apply_sms) if apply_sms else None
+        self.apply_stream = self.green.stream() if self.green else drv.Stream(prog.device)
         # the apply phase's kernels launched plainly (``apply_dependent`` False): with
         # programmatic stream serialization each of them is launched as soon as every block
         # of the one before it has started, so its blocks hold the SMs, waiting, while that
         # one finishes, and the step phase's blocks find no room between them
-        self.apply_dependent = apply_dependent and prog.dependent_launches
+        self.apply_dependent = apply_dependent and prog.dependent_launches and not self.green
         self._apply_launches: dict = {}
         self.uses: dict = {}
 
@@ -201,8 +205,15 @@ class PipelinedUpdates:
             else:
                 from latch.runtime.program import make_launches
 
-                found = make_launches(self.specs[self.start:], self.prog.modules,
-                                      self.prog.resolver(at), False)
+                specs = self.specs[self.start:]
+                modules = self.prog.modules if self.green is None else {
+                    la["module"]: self.green.load(self.prog.modules[la["module"]])
+                    for la in specs}
+                if self.green is None:
+                    found = make_launches(specs, modules, self.prog.resolver(at), False)
+                else:
+                    with self.green.current():
+                        found = make_launches(specs, modules, self.prog.resolver(at), False)
             self._apply_launches[at] = found
         return found
 
@@ -291,4 +302,7 @@ class PipelinedUpdates:
             e.destroy()
         for st in self.step_streams + [self.apply_stream]:
             st.destroy()
+        if self.green is not None:
+            self.green.destroy()
         self.graphs, self.events, self.step_streams, self.apply_stream = {}, {}, [], None
+        self.green = None
