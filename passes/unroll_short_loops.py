@@ -14,8 +14,8 @@ operations in the same order, so the same bits.
 
 Applied to an ``scf.for`` in the body of an ``scf.parallel`` (directly or in other such
 loops) with constant bounds, at most ``max-trips`` iterations (default 8), a body without
-nested regions and at most 512 ops once unrolled; innermost loops first, so a nest of short
-loops (a sum over two small dimensions) unrolls whole.
+nested regions and at most ``max-ops`` ops once unrolled (default 512); innermost loops
+first, so a nest of short loops (a sum over two small dimensions) unrolls whole.
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(func.func(convert-linalg-to-parallel-loops), latch-register-accumulators, latch-unroll-short-loops)'``
 """
