@@ -5,12 +5,14 @@ so that the optimizer's memory traffic may overlap the next forward's kernels.
 
 Measured (H100, TinyMoE; bench/results/pipelined-*.json): the same results as updates one
 after the other (bit for bit where those are repeatable), but little time saved: B2 6.41 ms
-a steady update against 6.53 one after the other, though its step phase alone takes 4.6 ms
-and its apply phase alone 1.9 ms.  The order allows the overlap — each layer's forward
-waits only for its own parameters' optimizer launches — and still the two phases take about
-as long side by side as one after the other; see docs/results-log.md ("fifteenth stop") for what
-was tried and :meth:`PipelinedUpdates.unordered_step` for the diagnostic that tells the
-causes apart.
+a steady update against 6.53 one after the other, though its step phase alone takes 4.7 ms
+and its apply phase alone 2.0 ms.  The order is not what stops the overlap — the two phases
+in one graph with no order between them at all (:meth:`PipelinedUpdates.unordered_step`)
+take 6.35–6.46 ms — and neither are the SMs: with the apply phase confined to a green
+context of 32 or 48 of the 132 SMs (``apply_sms``) a steady update takes 6.53 / 6.47 ms.
+What is left is DRAM: the apply phase streams at the copy bandwidth, and the step phase's
+chain of small, memory-latency-bound kernels slows by about what the apply phase saves; see
+docs/results-log.md (fifteenth and sixteenth stops).
 
 An update's launch list splits at :func:`apply_phase_start`: the *apply phase* is the
 shortest suffix, after the last launch that writes an output, whose every launch depends
