@@ -181,9 +181,11 @@ def build(path: str) -> None:
     latch.compile(model, _adamw_clip(), example, target="cuda", deterministic=True).save(path)
 
 
-def test_pipelined_updates_give_the_same_state_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("apply_sms", [None, 16])
+def test_pipelined_updates_give_the_same_state_bit_for_bit(tmp_path, apply_sms):
     """On a GPU: five updates pipelined give the losses and every state tensor of five
-    updates one after the other, bit for bit.  Compiles here when MLIR is available, else
+    updates one after the other, bit for bit — also with the optimizer launches in a green
+    context of 16 SMs (``apply_sms``).  Compiles here when MLIR is available, else
     uses the prebuilt bench/artifacts/pipelined-tiny_moe-det.latch (``PYTHONPATH=tests/py
     .venv/bin/python tests/py/test_pipelined_updates.py`` writes it).  Skips without a
     GPU."""
@@ -211,7 +213,9 @@ def test_pipelined_updates_give_the_same_state_bit_for_bit(tmp_path):
     want = one.state_dict()
     two = latch.load(path)
     two.init(model)
-    runner = PipelinedUpdates(two)
+    runner = PipelinedUpdates(two, apply_sms=apply_sms)
+    if apply_sms:
+        assert runner.green.sms >= apply_sms
     got_losses = [float(runner.step(*inputs)) for _ in range(5)]
     runner.flush()
     got = two.state_dict()
