@@ -15,7 +15,8 @@ it does not.
 
 Times each arrangement by CUDA events around work enqueued behind a sleeping kernel (the
 launches queue up while the GPU sleeps, so the figure is the GPU's, not Python's), eagerly
-(no graph: a green context's stream is not captured here), ``--iters`` times, medians:
+(no graph; bench/gpu_pipelined_updates.py ``--apply-sms`` times the pipelined graphs with
+the apply phase in a green context), ``--iters`` times, medians:
 step phase alone, apply phase alone (all SMs, and in each green context), the two
 unordered on all SMs, and unordered with the apply phase in each green context.  The state
 is garbage afterwards (the phases race): timing only.  Writes
@@ -37,40 +38,14 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 SLEEP_CYCLES = 60_000_000        # ~30 ms at 2 GHz: longer than enqueueing ~900 launches
 
 
-def green_stream(device, sms: int):
-    """(green context, its stream handle, SMs granted) holding at least ``sms`` SMs."""
-    from latch.runtime import driver as drv
-
-    d = drv.driver()
-    whole = drv.call("cuDeviceGetDevResource", device.handle,
-                     d.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM)
-    got = drv.call("cuDevSmResourceSplitByCount", 1, whole, 0, sms)
-    groups = got[0] if isinstance(got, tuple) else got
-    desc = drv.call("cuDevResourceGenerateDesc", [groups[0]], 1)
-    ctx = drv.call("cuGreenCtxCreate", desc, device.handle,
-                   int(d.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM))
-    stream = drv.call("cuGreenCtxStreamCreate", ctx,
-                      int(d.CUstream_flags.CU_STREAM_NON_BLOCKING), 0)
-    return ctx, stream, int(groups[0].sm.smCount)
-
-
-def reloaded_launches(prog, specs, resolve, ctx):
-    """The launches of ``specs`` with their modules loaded again inside green context
-    ``ctx`` (a module handle belongs to the context it was loaded in)."""
-    from latch.runtime import driver as drv
+def green_launches(prog, green, specs, resolve):
+    """The launches of ``specs`` from their modules loaded in green context ``green`` (a
+    module belongs to the context it was loaded in)."""
     from latch.runtime.program import make_launches
 
-    plain = drv.call("cuCtxFromGreenCtx", ctx)
-    drv.call("cuCtxPushCurrent", plain)
-    try:
-        mods = {}
-        for spec in specs:
-            name = spec["module"]
-            if name not in mods:
-                mods[name] = drv.Module(prog.device, bytes(prog.modules[name]._image), name)
-        return make_launches(specs, mods, resolve, False)
-    finally:
-        drv.call("cuCtxPopCurrent")
+    modules = {la["module"]: green.load(prog.modules[la["module"]]) for la in specs}
+    with green.current():
+        return make_launches(specs, modules, resolve, False)
 
 
 def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
@@ -145,71 +120,25 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
     record("unordered", timed([("apply", apply_specs, apply_all), step_part], plain_apply))
     for sms in args.sms:
         try:
-            ctx, handle, granted = green_stream(prog.device, sms)
+            green = drv.GreenContext(prog.device, sms)
+            gstream = green.stream()
+            launches = green_launches(prog, green, apply_specs, prog.resolver(at))
         except Exception as e:     # noqa: BLE001 - a diagnostic: say what failed
-            print(f"  green context of {sms} SMs: {e}", flush=True)
-            records.append(dict(base, engine=f"green-{sms}", error=str(e)))
-            continue
-        gstream = drv.Stream(prog.device, handle=int(handle))
-        try:
-            launches = reloaded_launches(prog, apply_specs, prog.resolver(at), ctx)
-        except Exception as e:     # noqa: BLE001
-            print(f"  modules in a green context of {granted} SMs: {e}", flush=True)
+            print(f"  green context of {sms} SMs: {type(e).__name__}: {e}", flush=True)
             records.append(dict(base, engine=f"green-{sms}", error=str(e)))
             continue
         apply_part = ("apply", apply_specs, launches)
         try:
-            record(f"apply-phase-alone-green-{granted}sms", timed([apply_part], gstream),
-                   sms=granted)
-            record(f"unordered-apply-green-{granted}sms", timed([apply_part, step_part],
-                                                                gstream), sms=granted)
+            record(f"apply-phase-alone-green-{green.sms}sms", timed([apply_part], gstream),
+                   sms=green.sms)
+            record(f"unordered-apply-green-{green.sms}sms",
+                   timed([apply_part, step_part], gstream), sms=green.sms)
         except Exception as e:     # noqa: BLE001
-            print(f"  launching into a green context of {granted} SMs: {e}", flush=True)
-            records.append(dict(base, engine=f"green-{granted}", error=str(e)))
+            print(f"  launching into a green context of {green.sms} SMs: {e}", flush=True)
+            records.append(dict(base, engine=f"green-{green.sms}", error=str(e)))
         prog.stream.synchronize("green")
-        # the production path: pipelined updates in CUDA graphs, the apply phase's
-        # launches captured from the green context's stream (timing only: the state is
-        # garbage by now)
-        try:
-            green = PipelinedUpdates(prog, priorities=True)
-            own_apply, green.apply_stream = green.apply_stream, gstream
-            green._apply_launches = {p: reloaded_launches(prog, apply_specs,
-                                                          prog.resolver(p), ctx)
-                                     for p in (at, at ^ green.flips)}
-            times = []
-            for i in range(args.iters + 4):
-                a = torch.cuda.Event(enable_timing=True)
-                b = torch.cuda.Event(enable_timing=True)
-                a.record()
-                green.step(*inputs)
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
-            green.flush()
-            record(f"pipelined-graph-apply-green-{granted}sms", times[4:], sms=granted)
-            green.apply_stream = own_apply        # (close destroys the stream it made)
-            green.close()
-        except Exception as e:     # noqa: BLE001
-            print(f"  pipelined graphs with a green apply stream ({granted} SMs): {e}",
-                  flush=True)
-            records.append(dict(base, engine=f"pipelined-graph-green-{granted}",
-                                error=str(e)))
-    try:
-        ref = PipelinedUpdates(prog, priorities=True)
-        times = []
-        for i in range(args.iters + 4):
-            a = torch.cuda.Event(enable_timing=True)
-            b = torch.cuda.Event(enable_timing=True)
-            a.record()
-            ref.step(*inputs)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        ref.flush()
-        record("pipelined-graph-priorities", times[4:])
-        ref.close()
-    except Exception as e:     # noqa: BLE001
-        print(f"  pipelined graphs: {e}", flush=True)
+        gstream.destroy()
+        green.destroy()
     pipe.close()
     prog.close()
     return records
@@ -226,6 +155,7 @@ def main() -> int:
     import torch
 
     from latch.runtime import driver as drv
+    from results_files import save_records
 
     env = {"gpu": torch.cuda.get_device_name(), "driver": drv.driver_version(),
            "torch": torch.__version__, "commit": os.environ.get("LATCH_COMMIT", "unknown"),
@@ -236,12 +166,7 @@ def main() -> int:
         artifact, workload = spec.split("=")
         records += run(artifact, workload, args, env)
     stamp = env["date"].replace("-", "").replace(":", "")
-    out = f"green_apply-{stamp}.json"
-    for folder in (os.path.join(ROOT, "bench", "results"), os.environ.get("OUT")):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, out), "w") as f:
-                json.dump(records, f, indent=1)
+    save_records(records, f"green_apply-{stamp}")
     return 0
 
 
