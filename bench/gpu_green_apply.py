@@ -38,21 +38,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 SLEEP_CYCLES = 60_000_000        # ~30 ms at 2 GHz: longer than enqueueing ~900 launches
 
 
-def green_launches(prog, green, specs, resolve):
-    """The launches of ``specs`` from their modules loaded in green context ``green`` (a
-    module belongs to the context it was loaded in)."""
-    from latch.runtime.program import make_launches
-
-    modules = {la["module"]: green.load(prog.modules[la["module"]]) for la in specs}
-    with green.current():
-        return make_launches(specs, modules, resolve, False)
-
-
 def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
     import torch
 
     from gpu_profile_launches import loaded_with_state
-    from latch.runtime import driver as drv
     from latch.runtime import streams
     from latch.runtime.pipelined import PipelinedUpdates, side_by_side_after
 
@@ -119,26 +108,24 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
     record("apply-phase-alone", timed([("apply", apply_specs, apply_all)], plain_apply))
     record("unordered", timed([("apply", apply_specs, apply_all), step_part], plain_apply))
     for sms in args.sms:
-        try:
-            green = drv.GreenContext(prog.device, sms)
-            gstream = green.stream()
-            launches = green_launches(prog, green, apply_specs, prog.resolver(at))
+        try:         # the pipelined runner's apply phase and stream in a green context
+            green = PipelinedUpdates(prog, priorities=True, apply_sms=sms)
+            apply_part = ("apply", apply_specs, green._apply(at))
         except Exception as e:     # noqa: BLE001 - a diagnostic: say what failed
             print(f"  green context of {sms} SMs: {type(e).__name__}: {e}", flush=True)
             records.append(dict(base, engine=f"green-{sms}", error=str(e)))
             continue
-        apply_part = ("apply", apply_specs, launches)
+        granted = green.green.sms
         try:
-            record(f"apply-phase-alone-green-{green.sms}sms", timed([apply_part], gstream),
-                   sms=green.sms)
-            record(f"unordered-apply-green-{green.sms}sms",
-                   timed([apply_part, step_part], gstream), sms=green.sms)
+            record(f"apply-phase-alone-green-{granted}sms",
+                   timed([apply_part], green.apply_stream), sms=granted)
+            record(f"unordered-apply-green-{granted}sms",
+                   timed([apply_part, step_part], green.apply_stream), sms=granted)
         except Exception as e:     # noqa: BLE001
-            print(f"  launching into a green context of {green.sms} SMs: {e}", flush=True)
-            records.append(dict(base, engine=f"green-{green.sms}", error=str(e)))
+            print(f"  launching into a green context of {granted} SMs: {e}", flush=True)
+            records.append(dict(base, engine=f"green-{granted}", error=str(e)))
         prog.stream.synchronize("green")
-        gstream.destroy()
-        green.destroy()
+        green.close()
     pipe.close()
     prog.close()
     return records

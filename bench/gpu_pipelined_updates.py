@@ -95,27 +95,27 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
         r.flush()
         return losses, prog.state_dict()
 
-    greens = {}
-    for n in args.apply_sms:         # the apply phase in a green context of n SMs
+    greens = {}                      # engine name -> runner, the apply phase on n SMs
+    for n in args.apply_sms:
         try:
-            greens[n] = PipelinedUpdates(prog, priorities=True, apply_sms=n)
+            r = PipelinedUpdates(prog, priorities=True, apply_sms=n)
+            greens[f"latch-pipelined-green{r.green.sms}"] = r
         except Exception as e:       # noqa: BLE001 - say why and time the rest
             print(f"  green context of {n} SMs: {type(e).__name__}: {e}", flush=True)
     seq, want = sequential()
     green_checks = {}
-    for n, r in list(greens.items()):
+    for e, r in list(greens.items()):
         try:
             losses, got_g = pipelined(r)
-        except Exception as e:       # noqa: BLE001
-            print(f"  pipelined with the apply phase on {n} SMs: {type(e).__name__}: {e}",
-                  flush=True)
-            del greens[n]
+        except Exception as err:     # noqa: BLE001
+            print(f"  {e}: {type(err).__name__}: {err}", flush=True)
+            del greens[e]
             continue
         d, worst = worst_tensor(want, got_g)
-        green_checks[n] = {"sms": r.green.sms, "same_bits": losses == seq and all(
+        green_checks[e] = {"sms": r.green.sms, "same_bits": losses == seq and all(
             torch.equal(want[k], got_g[k]) for k in want), "max_rel_diff_pipelined": d,
             "worst_tensor_pipelined": worst, "losses_pipelined": losses}
-        print(f"  apply phase on {r.green.sms} SMs: {green_checks[n]}", flush=True)
+        print(f"  {e}: {green_checks[e]}", flush=True)
         del got_g
     piped, got = pipelined(runner)
     piped2, got2 = pipelined(ranked)
@@ -160,18 +160,18 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
                "latch-pipelined": lambda: runner.step(*inputs),
                "latch-pipelined-priorities": lambda: ranked.step(*inputs),
                "latch-pipelined-priorities-pdlapply": lambda: chained.step(*inputs)}
-    for n, r in greens.items():
-        engines[f"latch-pipelined-green{r.green.sms}"] = (lambda r=r: r.step(*inputs))
+    engines.update({e: (lambda r=r: r.step(*inputs)) for e, r in greens.items()})
+    runners = (runner, ranked, chained, *greens.values())
     times = {e: [] for e in engines}
     half = max(1, args.iters // 2)
     for e in engines:                                # capture every graph first
         event_times(engines[e], 3)
-        for r in (runner, ranked, chained, *greens.values()):
+        for r in runners:
             r.flush()
     for order in (list(engines), list(reversed(engines))):
         for e in order:
             times[e] += event_times(engines[e], half)
-            for r in (runner, ranked, chained, *greens.values()):
+            for r in runners:
                 r.flush()
     # 3. a diagnostic (the state is garbage afterwards): the two phases side by side
     # with no order between them, against the step phase alone
@@ -190,16 +190,15 @@ def run(artifact: str, workload: str, args, env: dict) -> list[dict]:
                   ("diag-phases-unordered", lambda: ranked.unordered_step(*inputs))):
         event_times(fn, 3)
         times[e] = event_times(fn, half)
-    for r in (runner, ranked, chained, split, head, *greens.values()):
+    for r in (*runners, split, head):
         r.close()
     records = []
     ref = statistics.median(times["latch"])
     for e, t in times.items():
         rec = dict(base, engine=e, **summary(t))
         rec["vs_latch"] = round(ref / rec["median_ms"], 4)
-        if e.startswith("latch-pipelined-green"):
-            rec.update(next(c for c in green_checks.values()
-                            if e == f"latch-pipelined-green{c['sms']}"))
+        if e in green_checks:
+            rec.update(green_checks[e])
         elif e.startswith("latch-pipelined"):
             rec.update(check)
         records.append(rec)

@@ -340,7 +340,7 @@ class GreenContext:
         handle = call("cuGreenCtxStreamCreate", self.handle,
                       int(d.CUstream_flags.CU_STREAM_NON_BLOCKING), int(priority))
         s = Stream(self.device, handle=int(handle))
-        s.handle, s.owned = handle, True
+        s.owned = True                  # created here: destroy() releases it
         return s
 
     @contextlib.contextmanager

@@ -48,6 +48,8 @@ programs with a :class:`LatchError`.
 """
 from __future__ import annotations
 
+import contextlib
+
 from latch.errors import LatchError
 from latch.runtime import commit, streams
 from latch.runtime import driver as drv
@@ -207,15 +209,14 @@ class PipelinedUpdates:
             else:
                 from latch.runtime.program import make_launches
 
-                specs = self.specs[self.start:]
-                modules = self.prog.modules if self.green is None else {
-                    la["module"]: self.green.load(self.prog.modules[la["module"]])
-                    for la in specs}
-                if self.green is None:
+                specs, modules = self.specs[self.start:], self.prog.modules
+                where = contextlib.nullcontext()
+                if self.green is not None:     # its kernels from modules loaded there
+                    modules = {la["module"]: self.green.load(modules[la["module"]])
+                               for la in specs}
+                    where = self.green.current()
+                with where:
                     found = make_launches(specs, modules, self.prog.resolver(at), False)
-                else:
-                    with self.green.current():
-                        found = make_launches(specs, modules, self.prog.resolver(at), False)
             self._apply_launches[at] = found
         return found
 
