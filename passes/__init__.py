@@ -39,6 +39,7 @@ PASSES: dict[str, str] = {
     "latch-unroll-short-reductions": "unroll_short_reductions:UnrollShortReductions",
     "latch-nonfinite-checks": "nonfinite_checks:NonfiniteChecks",
     "latch-dependent-launches": "dependent_launches:DependentLaunches",
+    "latch-nvptx-data-layout": "nvptx_data_layout:NvptxDataLayout",
     "latch-materialize-product-factors": "product_factors:MaterializeProductFactors",
     "latch-fuse-siblings": "fuse_siblings:FuseSiblings",
     "latch-hoist-row-readers": "hoist_row_readers:HoistRowReaders",

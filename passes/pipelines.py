@@ -100,10 +100,10 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
     ),
     NamedPipeline(
         "latch-kernels-to-ptx",
-        "stage 'nvvm -> ptx': vector atomic adds where four are consecutive, then lower "
-        "kernels through NVVM (bare-pointer memref arguments) and serialize them to PTX in "
-        "a gpu.binary (format isa)",
-        ("latch-vector-atomics{{chip={chip} features={features}}}",
+        "stage 'nvvm -> ptx': NVPTX's data layout on each kernel module, vector atomic adds "
+        "where four are consecutive, then lower kernels through NVVM (bare-pointer memref "
+        "arguments) and serialize them to PTX in a gpu.binary (format isa)",
+        ("latch-nvptx-data-layout", "latch-vector-atomics{{chip={chip} features={features}}}",
          "latch-dependent-launches{{chip={chip} features={features}}}",
          "gpu-lower-to-nvvm-pipeline{{cubin-chip={chip} cubin-features={features} "
          "cubin-format=isa kernel-bare-ptr-calling-convention=true}}",),

@@ -35,7 +35,8 @@ DEFAULT_FEATURES = "+ptx81"
 
 
 def kernels_to_ptx_pipeline(chip: str, features: str, opt_level: int = 3) -> str:
-    return (f"builtin.module(latch-vector-atomics{{chip={chip} features={features}}}, "
+    return ("builtin.module(latch-nvptx-data-layout, "
+            f"latch-vector-atomics{{chip={chip} features={features}}}, "
             f"latch-dependent-launches{{chip={chip} features={features}}}, "
             "gpu-lower-to-nvvm-pipeline{"
             f"cubin-chip={chip} cubin-features={features} cubin-format=isa "

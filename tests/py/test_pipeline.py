@@ -30,10 +30,12 @@ def test_parse_element_with_options_and_nesting():
 
 def test_named_pipeline_expands_with_options():
     from latch.passes.dependent_launches import DependentLaunches
+    from latch.passes.nvptx_data_layout import NvptxDataLayout
     from latch.passes.vector_atomics import VectorAtomics
 
     steps = expand("builtin.module(latch-kernels-to-ptx{chip=sm_90a})")
-    assert steps == [("latch", VectorAtomics(chip="sm_90a", features="+ptx81")),
+    assert steps == [("latch", NvptxDataLayout()),
+                     ("latch", VectorAtomics(chip="sm_90a", features="+ptx81")),
                      ("latch", DependentLaunches(chip="sm_90a", features="+ptx81")),
                      ("mlir", "gpu-lower-to-nvvm-pipeline{cubin-chip=sm_90a "
                               "cubin-features=+ptx81 cubin-format=isa "
