@@ -497,7 +497,9 @@ def _base_pointer(a: dict, t, span, what: str) -> dict:
     or a reshape of one, with ``offset: N`` in its type) is the address of its first
     element, which already includes that offset; pass the base (``loc - offset``) so that
     the offset is applied once.  Also checks that every element the type can address lies
-    inside the buffer the view comes from (``span``: (its bytes, the view's byte offset))."""
+    inside the buffer the view comes from (``span``: (its bytes, the view's byte offset)) and
+    that the base is aligned to its element (buffers themselves are at least 256-byte
+    aligned), which every kernel's loads and stores assume."""
     from mlir import ir
 
     mt = ir.MemRefType(t)
@@ -511,6 +513,11 @@ def _base_pointer(a: dict, t, span, what: str) -> dict:
             a["byte_offset"] = a.get("byte_offset", 0) - shift
             if not a["byte_offset"]:
                 del a["byte_offset"]
+    at = a["arena"] if "arena" in a else a.get("byte_offset", 0)
+    if at % eb:          # loads and stores of an element assume its natural alignment
+        raise LatchError(f"{what}: {t} would start at byte {at} of its buffer, not a multiple "
+                         f"of its {eb}-byte elements (the kernels load and store each element "
+                         f"with one aligned access: latch-nvptx-data-layout)")
     root_bytes, start = span
     if root_bytes is not None and all(d > 0 for d in mt.shape):
         base = start - shift

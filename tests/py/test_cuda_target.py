@@ -560,6 +560,25 @@ def test_a_view_beyond_its_buffer_is_a_clear_error():
             _base_pointer({"arena": 32}, t, (64, 32), "x")
 
 
+def test_a_view_not_aligned_to_its_elements_is_a_clear_error():
+    """The kernels access an i64 with one 8-byte load (latch-nvptx-data-layout): a base
+    pointer that is not a multiple of its element size would fault on the GPU, so the
+    launch schedule refuses it at compile time.  4-byte elements 4 bytes in are fine."""
+    from latch.errors import LatchError
+    from latch.passes.extract_launches import _base_pointer
+    from mlir import ir
+
+    with ir.Context():
+        i64 = ir.Type.parse("memref<4xi64>")
+        assert _base_pointer({"arena": 264}, i64, (1024, 264), "x") == {"arena": 264}
+        with pytest.raises(LatchError, match="not a multiple of its 8-byte elements"):
+            _base_pointer({"arena": 260}, i64, (1024, 260), "x")
+        with pytest.raises(LatchError, match="byte 12 of its buffer"):
+            _base_pointer({"state": 3, "byte_offset": 12}, i64, (1024, 12), "x")
+        f32 = ir.Type.parse("memref<4xf32>")
+        assert _base_pointer({"arena": 260}, f32, (1024, 260), "x") == {"arena": 260}
+
+
 # -- on_nonfinite on the GPU: the in-graph guard (latch/runtime/guard.py) -------------------
 
 def test_guard_ptx_assembles_for_sm90(tmp_path):
