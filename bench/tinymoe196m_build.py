@@ -80,8 +80,10 @@ the on-switch ``-prefetch`` those products asking L2 for their reader's other in
 before the k-loop (``epilogue-prefetch=true``: slower on an H100), the on-switch
 ``-unroll16`` sequential loops of up to 16 trips and 1024 ops in a parallel body unrolled
 (``latch-unroll-short-loops{max-trips=16 max-ops=1024}``: the routing rank's scan products;
-B2 critical path 4.73 -> 4.67 ms on an H100, measured once) — the same
-workload, run by
+B2 critical path 4.73 -> 4.67 ms on an H100, measured once), ``-indexloads`` the scan's
+0/1 triangle loaded by the routing rank's products instead of computed from their loop
+indices (no ``latch-recompute-index-functions``, the default before the seventeenth
+stop) — the same workload, run by
 bench/tinymoe_bench_gpu.py's ``latch-<suffix>`` engines side by side with ``latch``.  Writes bench/artifacts/tinymoe196m/tinymoe196m-<build>.latch
 (PTX + manifest, no weights: the GPU side rebuilds the model from the same seed) and
 build.json next to them (compile times, counts, and a fingerprint of the initial parameters
@@ -157,6 +159,7 @@ OFF_SWITCHES = {
     "prefetch": ("latch-form-kernels", "latch-form-contraction-kernels",
                  "epilogue-prefetch=true"),
     "unroll16": ("latch-form-kernels", "latch-unroll-short-loops", "max-trips=16 max-ops=1024"),
+    "indexloads": ("latch-form-kernels", "latch-recompute-index-functions", None),
 }
 
 

@@ -45,6 +45,7 @@ PASSES: dict[str, str] = {
     "latch-hoist-row-readers": "hoist_row_readers:HoistRowReaders",
     "latch-carry-casts": "carry_casts:CarryCasts",
     "latch-fuse-rows": "fuse_rows:FuseRows",
+    "latch-recompute-index-functions": "index_functions:RecomputeIndexFunctions",
 }
 
 
