@@ -26,20 +26,9 @@ from __future__ import annotations
 import math
 
 from latch.passes.base import operation as _op
+from latch.passes.generic_body import plain_dims
 
 MAX_CLASSES = 16
-
-
-def _plain_dims(m) -> list | None:
-    """The loop numbers an indexing map's results are (None if any is not a plain dim)."""
-    from mlir import ir
-
-    dims = []
-    for expr in m.results:
-        if not isinstance(expr, ir.AffineDimExpr):
-            return None
-        dims.append(ir.AffineDimExpr(expr).position)
-    return dims
 
 
 def match_class_sum(op):
@@ -70,7 +59,7 @@ def match_class_sum(op):
             ir.MemRefType(operands[2].type).element_type:
         return None
     maps = indexing_maps(op)
-    dims = [_plain_dims(m) for m in maps]
+    dims = [plain_dims(m) for m in maps]
     if any(d is None for d in dims) or k in dims[3] or len(dims[2]) != 1:
         return None
     e = dims[2][0]
@@ -124,7 +113,7 @@ def _emit(op, k: int, e: int, ranges: list, threads: int) -> None:
     classes = ranges[e]
     rows = [d for d in range(len(ranges)) if d not in (k, e)]
     # the output's fastest-varying loops first (consecutive threads, neighbouring rows)
-    order = [d for d in reversed(_plain_dims(maps[3])) if d in rows]
+    order = [d for d in reversed(plain_dims(maps[3])) if d in rows]
     n = math.prod(ranges[d] for d in rows)
     inner, lin = guarded_launch(op, n, threads)
     with ir.InsertionPoint.at_block_terminator(inner), op.location:
@@ -132,7 +121,7 @@ def _emit(op, k: int, e: int, ranges: list, threads: int) -> None:
         delinearize(lin, order, ranges, dims)
 
         def at(m, where):
-            return [where[p] for p in _plain_dims(m)]
+            return [where[p] for p in plain_dims(m)]
 
         def load(v, m, where, t):
             return ir.Operation.create("memref.load", [t], [v] + at(m, where)).result

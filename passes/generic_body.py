@@ -21,6 +21,18 @@ def indexing_maps(op) -> list:
     return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
+def plain_dims(m) -> list | None:
+    """The loop numbers an indexing map's results are (None if any is not a plain dim)."""
+    from mlir import ir
+
+    dims = []
+    for expr in m.results:
+        if not isinstance(expr, ir.AffineDimExpr):
+            return None
+        dims.append(ir.AffineDimExpr(expr).position)
+    return dims
+
+
 def used_only_rounded_to_bf16(arg) -> bool:
     """Whether the body argument ``arg`` is used, and only by ``arith.truncf`` to bf16
     with the default rounding (a product that such readers read can be written rounded:

@@ -31,7 +31,7 @@ import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.buffer_views import last_writer, root
-from latch.passes.generic_body import clone_body_ops, indexing_maps, segments
+from latch.passes.generic_body import clone_body_ops, indexing_maps, plain_dims, segments
 
 #: body ops (yield excluded) an index function may have to be computed per element
 MAX_OPS = 8
@@ -53,18 +53,6 @@ class RecomputeIndexFunctions(ModulePass):
                 op = _op(op)
                 if op.name == "linalg.generic":
                     recompute_index_inputs(op)
-
-
-def _plain_dims(m) -> list | None:
-    """The loop numbers an indexing map's results are (None if one is not a plain dim)."""
-    from mlir import ir
-
-    out = []
-    for e in m.results:
-        if not isinstance(e, ir.AffineDimExpr):
-            return None
-        out.append(ir.AffineDimExpr(e).position)
-    return out
 
 
 def _all_parallel(op) -> bool:
@@ -116,7 +104,7 @@ def index_function(buffer, reader):
     maps = indexing_maps(w)
     if n_out != 1 or w.operands[n_in] != buffer:
         return None
-    out_dims = _plain_dims(maps[n_in])           # the buffer's dimension p is loop out_dims[p]
+    out_dims = plain_dims(maps[n_in])           # the buffer's dimension p is loop out_dims[p]
     if out_dims is None or sorted(out_dims) != list(range(maps[n_in].n_dims)):
         return None                              # not a permutation: not every element once
     ops = _body_ops(w)
@@ -128,7 +116,7 @@ def index_function(buffer, reader):
         return None                              # reads its output's elements
     loops = []
     for j in range(n_in):
-        dims = _plain_dims(maps[j])
+        dims = plain_dims(maps[j])
         if dims is None or len(dims) != 1 or not _arange_dim(w.operands[j], w):
             return None
         loops.append(dims[0])
@@ -149,7 +137,7 @@ def recompute_index_inputs(reader) -> int:
         value = reader.operands[i]
         if not isinstance(value.type, ir.MemRefType) or not any(True for _ in arg.uses):
             continue
-        dims = _plain_dims(maps[i])
+        dims = plain_dims(maps[i])
         found = index_function(value, reader) if dims is not None else None
         if found is None:
             continue
