@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
-from latch.passes.generic_body import indexing_maps, segments
+from latch.passes.generic_body import all_parallel, indexing_maps, segments
 
 _NARROW = ("bf16", "f16")          # the types a carried copy may have
 
@@ -55,17 +55,11 @@ def _identity(m) -> bool:
     return m == ir.AffineMap.get_identity(m.n_dims)
 
 
-def _all_parallel(op) -> bool:
-    from mlir import ir
-
-    return all("parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
-
-
 def _cast_type(op):
     """The narrower float type an elementwise cast generic rounds its one input to, or None
     when ``op`` is not such a cast."""
     if op.name != "linalg.generic" or len(op.results) != 1 or segments(op) != (1, 1) or \
-            not _all_parallel(op) or not all(_identity(m) for m in indexing_maps(op)):
+            not all_parallel(op) or not all(_identity(m) for m in indexing_maps(op)):
         return None
     body = [_op(o) for o in op.regions[0].blocks[0].operations]
     if len(body) != 2 or body[0].name != "arith.truncf" or body[1].name != "linalg.yield":
@@ -114,7 +108,7 @@ def _plan(index: int, arg, new_value):
     if new_value == arg:
         return _Plan(index, element, casts, None)
     producer = defining_op(new_value)
-    if producer is None or producer.name != "linalg.generic" or not _all_parallel(producer):
+    if producer is None or producer.name != "linalg.generic" or not all_parallel(producer):
         return None
     result = list(producer.results).index(new_value)
     n_in, _ = segments(producer)

@@ -21,6 +21,13 @@ def indexing_maps(op) -> list:
     return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
+def all_parallel(op) -> bool:
+    """Whether every loop of the ``linalg.generic`` ``op`` is parallel."""
+    from mlir import ir
+
+    return all("parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
+
+
 def plain_dims(m) -> list | None:
     """The loop numbers an indexing map's results are (None if any is not a plain dim)."""
     from mlir import ir

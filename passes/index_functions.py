@@ -13,11 +13,12 @@ loaded element by ``extui(cmpi sge(i, k))`` on the reader's own indices, and the
 (the operand stays, so that the generic keeps its loop ranges; the lowering's load of it
 has no use and is dropped).
 
-An input qualifies when its memref is a whole allocation (a view of one, read through
-a map of plain loop dimensions) whose last writer before the reader
-(``buffer_views.last_writer``) is an all-parallel ``linalg.generic`` writing it through the
-a permutation of its loops, whose body (at most ``MAX_OPS`` pure ``arith`` ops and ``linalg.index``) reads no element of its
-output, and each of whose inputs is an *arange*: a 1-D buffer whose last writer before it
+An input qualifies when its memref is an allocation itself (not a view of one), read
+through a map of plain loop dimensions, whose last writer before the reader
+(``buffer_views.last_writer``) is an all-parallel ``linalg.generic`` writing it through a
+permutation of its loops, whose body (at most ``MAX_OPS`` ``arith`` ops and
+``linalg.index``: ``generic_body.scalar_body``) reads no element of its output, and each
+of whose inputs is an *arange*: a 1-D buffer whose last writer before it
 yields ``index_cast(linalg.index 0)`` with nothing read, indexed by a plain loop dimension.
 Elements are the same values either way (integer compares and casts), so results are bitwise
 those of the loads.  Readers already turned into launches (products, reductions) are not
@@ -31,11 +32,11 @@ import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.buffer_views import last_writer, root
-from latch.passes.generic_body import clone_body_ops, indexing_maps, plain_dims, segments
+from latch.passes.generic_body import (all_parallel, clone_body_ops, indexing_maps, plain_dims,
+                                       scalar_body, segments)
 
 #: body ops (yield excluded) an index function may have to be computed per element
 MAX_OPS = 8
-_PURE = ("arith.",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,12 +54,6 @@ class RecomputeIndexFunctions(ModulePass):
                 op = _op(op)
                 if op.name == "linalg.generic":
                     recompute_index_inputs(op)
-
-
-def _all_parallel(op) -> bool:
-    from mlir import ir
-
-    return all("parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
 
 
 def _body_ops(g) -> list:
@@ -80,7 +75,7 @@ def _arange_dim(buffer, w) -> bool:
     if not _whole_allocation(buffer) or ir.MemRefType(buffer.type).rank != 1:
         return False
     a = last_writer(buffer, w)
-    if a is None or segments(a) != (0, 1) or a.operands[0] != buffer or not _all_parallel(a):
+    if a is None or segments(a) != (0, 1) or a.operands[0] != buffer or not all_parallel(a):
         return False
     ops = _body_ops(a)
     if [o.name for o in ops] != ["linalg.index", "arith.index_cast", "linalg.yield"]:
@@ -98,7 +93,7 @@ def index_function(buffer, reader):
     if not _whole_allocation(buffer):
         return None
     w = last_writer(buffer, reader)
-    if w is None or not _all_parallel(w):
+    if w is None or not all_parallel(w):
         return None
     n_in, n_out = segments(w)
     maps = indexing_maps(w)
@@ -107,13 +102,9 @@ def index_function(buffer, reader):
     out_dims = plain_dims(maps[n_in])           # the buffer's dimension p is loop out_dims[p]
     if out_dims is None or sorted(out_dims) != list(range(maps[n_in].n_dims)):
         return None                              # not a permutation: not every element once
-    ops = _body_ops(w)
-    if len(ops) - 1 > MAX_OPS or \
-            any(not (o.name.startswith(_PURE) or o.name == "linalg.index") for o in ops[:-1]):
+    ops = scalar_body(w, also=("linalg.index",))      # None if it reads its output
+    if ops is None or len(ops) > MAX_OPS or any(o.name.startswith("math.") for o in ops):
         return None
-    block = w.regions[0].blocks[0]
-    if any(True for _ in block.arguments[n_in].uses):
-        return None                              # reads its output's elements
     loops = []
     for j in range(n_in):
         dims = plain_dims(maps[j])

@@ -89,7 +89,8 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "latch-form-contraction-kernels{{mma={mma} chip={chip} scatter={scatter} "
          "deterministic={deterministic}}}",
          "latch-nonfinite-checks{{phase=mark}}", "latch-fuse-rows",
-         "latch-recompute-index-functions", "func.func(convert-linalg-to-parallel-loops)", "latch-register-accumulators",
+         "latch-recompute-index-functions", "func.func(convert-linalg-to-parallel-loops)",
+         "latch-register-accumulators",
          "latch-split-integer-sums", "latch-unroll-short-loops",
          "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",

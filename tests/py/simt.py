@@ -26,9 +26,7 @@ issue time but leaves its destination *pending* until a
 the thread's copies since the last one, as cp.async.commit_group does — the tokens are not
 looked at): reading or overwriting a pending element is an error, and other threads need a
 barrier after the wait as after a plain store.  Alignment is checked for cp.async (its
-size), ldmatrix rows (16 bytes), vector loads/stores with an ``alignment`` and scalar
-loads/stores of 8-byte elements (natural alignment: ``latch-nvptx-data-layout`` makes each
-i64 access one 8-byte access).  Views of one
+size), ldmatrix rows (16 bytes) and vector loads/stores with an ``alignment``.  Views of one
 byte buffer (``memref.view``, also of ``gpu.dynamic_shared_memory``) with different element
 types do not alias here.
 
@@ -1186,11 +1184,6 @@ class Simt:
             raise AssertionError(f"misaligned {what}: byte offset {int(byte[k])} is not a "
                                  f"multiple of {nbytes} (thread {k})")
 
-    def _natural_alignment(self, ref, addr, mask, what):
-        """A scalar access of an 8-byte element (i64, f64) is 8-byte aligned."""
-        if _width(ref.mem.elem) == 64:
-            self._aligned(ref, addr, mask, 8, f"{what} of {ref.mem.elem}")
-
     def _vector_alignment(self, o, ref, base, mask, what):
         from mlir import ir
 
@@ -1278,13 +1271,11 @@ class Simt:
     def _k_load(self, o, env, mask):
         ref = env[o.ins[0]]
         addr = self._address(ref, [env[i] for i in o.ins[1:]], mask, "memref.load")
-        self._natural_alignment(ref, addr, mask, "memref.load")
         env[o.outs[0]] = self._read(ref.mem, addr[:, None], mask[:, None])[:, 0]
 
     def _k_store(self, o, env, mask):
         ref = env[o.ins[1]]
         addr = self._address(ref, [env[i] for i in o.ins[2:]], mask, "memref.store")
-        self._natural_alignment(ref, addr, mask, "memref.store")
         v = _round(np.broadcast_to(env[o.ins[0]], (self.L,)), ref.mem.elem)
         self._write(ref.mem, addr[:, None], v[:, None], mask[:, None])
 
