@@ -107,8 +107,9 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
         ("latch-nvptx-data-layout", "latch-vector-atomics{{chip={chip} features={features}}}",
          "latch-dependent-launches{{chip={chip} features={features}}}",
          "gpu-lower-to-nvvm-pipeline{{cubin-chip={chip} cubin-features={features} "
-         "cubin-format=isa kernel-bare-ptr-calling-convention=true}}",),
-        _GPU_DEFAULTS,
+         "cubin-format=isa opt-level={opt-level} kernel-bare-ptr-calling-convention=true}}",),
+        # opt-level 2 is upstream's default; latch.compile passes CompileOptions' (3)
+        _GPU_DEFAULTS + (("opt-level", "2"),),
     ),
     NamedPipeline(
         "latch-bufferize-host",

@@ -35,12 +35,12 @@ DEFAULT_FEATURES = "+ptx81"
 
 
 def kernels_to_ptx_pipeline(chip: str, features: str, opt_level: int = 3) -> str:
-    return ("builtin.module(latch-nvptx-data-layout, "
-            f"latch-vector-atomics{{chip={chip} features={features}}}, "
-            f"latch-dependent-launches{{chip={chip} features={features}}}, "
-            "gpu-lower-to-nvvm-pipeline{"
-            f"cubin-chip={chip} cubin-features={features} cubin-format=isa "
-            f"opt-level={opt_level} kernel-bare-ptr-calling-convention=true}})")
+    """The named pipeline ``latch-kernels-to-ptx`` (passes/pipelines.py) with these options,
+    as one ``--pass-pipeline`` string (recorded in the manifest)."""
+    from latch.passes.pipelines import PIPELINES
+    steps = PIPELINES["latch-kernels-to-ptx"].expand(
+        {"chip": chip, "features": features, "opt-level": str(opt_level)})
+    return "builtin.module(" + ", ".join(steps) + ")"
 
 
 def _run(module, pipeline: str, stage: str, dump: bool = True) -> None:

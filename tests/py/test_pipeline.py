@@ -38,8 +38,18 @@ def test_named_pipeline_expands_with_options():
                      ("latch", VectorAtomics(chip="sm_90a", features="+ptx81")),
                      ("latch", DependentLaunches(chip="sm_90a", features="+ptx81")),
                      ("mlir", "gpu-lower-to-nvvm-pipeline{cubin-chip=sm_90a "
-                              "cubin-features=+ptx81 cubin-format=isa "
+                              "cubin-features=+ptx81 cubin-format=isa opt-level=2 "
                               "kernel-bare-ptr-calling-convention=true}")]
+
+
+def test_compile_runs_the_named_kernels_to_ptx_pipeline():
+    """latch.compile's stage string is the named pipeline's expansion (one definition)."""
+    from latch.targets.cuda import kernels_to_ptx_pipeline
+
+    text = kernels_to_ptx_pipeline("sm_90", "+ptx80", 1)
+    assert expand(text) == expand(
+        "builtin.module(latch-kernels-to-ptx{chip=sm_90 features=+ptx80 opt-level=1})")
+    assert "opt-level=1" in text
 
 
 def test_latch_to_ptx_is_the_composition_of_the_stages():
