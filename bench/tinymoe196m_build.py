@@ -46,7 +46,10 @@ the fewest slices making 264 blocks (``latch-wrap-host-compute{column-waves=fals
 default before the tenth stop: 1.45 waves at B32), ``-normlaunch`` the readers of a row
 reduction's totals (RMSNorm's normalization) in a launch of their own instead of in the
 reduction's warps (``latch-wrap-host-compute{row-readers=false}``, the default before the
-eleventh stop), ``-addlaunch`` the elementwise op writing a row reduction's input (the
+eleventh stop), ``-inplacelaunch`` a row reduction's reader that accumulates in place
+(RMSNorm's backward, ``dx += ...``) in a launch of its own
+(``latch-wrap-host-compute{in-place-readers=false}``, the default before the eighteenth
+stop), ``-addlaunch`` the elementwise op writing a row reduction's input (the
 residual add before RMSNorm) in a launch of its own
 (``latch-wrap-host-compute{row-writers=false}``, the default before the eleventh stop), the
 on-switch ``-widecolumns`` column tiles 128
@@ -141,6 +144,8 @@ OFF_SWITCHES = {
     "onechunkloads": ("latch-form-kernels", "latch-wrap-host-compute", "softmax-unroll=1"),
     "partwaves": ("latch-form-kernels", "latch-wrap-host-compute", "column-waves=false"),
     "normlaunch": ("latch-form-kernels", "latch-wrap-host-compute", "row-readers=false"),
+    "inplacelaunch": ("latch-form-kernels", "latch-wrap-host-compute",
+                      "in-place-readers=false"),
     "addlaunch": ("latch-form-kernels", "latch-wrap-host-compute", "row-writers=false"),
     "widecolumns": ("latch-form-kernels", "latch-wrap-host-compute", "column-bytes=128"),
     "lastblocksums": ("latch-form-kernels", "latch-wrap-host-compute", "last-block-sums=true"),

@@ -67,7 +67,10 @@ value to its group (``gpu.shuffle idx``), each lane computes the finished value 
 (the same bits as the stored one) and walks its chunks of the row (``v * lane, v * (lane +
 group), ...``), the row's other inputs read again from memory while the warp's own reads
 of them are still in L1 or L2, its outputs stored a vector a chunk.  Another launch fewer
-for every norm, and a read of ``x`` from memory fewer.
+for every norm, and a read of ``x`` from memory fewer.  The reader may accumulate into one
+of its inputs in place (RMSNorm's backward: ``dx += g * w * rstd - x * rstd^3 * sum / n``
+into the residual stream's gradient, after the row sums of ``g * w * x``): each lane reads
+its chunk of that buffer before it stores it.
 
 **Rows written in the same launch** (:func:`_row_writer`, option ``row-writers``): the
 elementwise op that writes the reduction's input just before it — the residual add, or the
@@ -278,12 +281,13 @@ def match_row_reduction(op):
 def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
                                few_rows_unroll: int = 0, whole_waves: bool = True,
                                column_bytes: int = COLUMN_BYTES,
-                               row_readers: bool = True, row_writers: bool = True) -> int:
+                               row_readers: bool = True, row_writers: bool = True,
+                               in_place_readers: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
     with ``row_readers`` also the next op reading the totals row by row:
-    :func:`_row_reader`, and with ``row_writers`` the op before it that writes the
-    reduction's input: :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`;
+    :func:`_row_reader`, in place into one of its inputs with ``in_place_readers``, and
+    with ``row_writers`` the op before it that writes the reduction's input: :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`;
     ``whole_waves``: see :func:`column_splits`; ``column_bytes``: :func:`column_tile`);
     returns how many were replaced."""
     n = 0
@@ -299,7 +303,8 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
             _emit_columns(op, found, whole_waves, column_bytes)
         else:
             at = _finalizer(op, found, ops, k) if finish else None
-            reader = _row_reader(op, found, ops, k, at) if finish and row_readers else None
+            reader = _row_reader(op, found, ops, k, at, in_place_readers) \
+                if finish and row_readers else None
             writer = _row_writer(op, found, ops, k, at, reader, chunks, erased) \
                 if finish and row_writers else None
             if at is not None:
@@ -374,7 +379,7 @@ class RowReader:
     loops: tuple
 
 
-def _row_reader(op, info, ops, k, fin_at):
+def _row_reader(op, info, ops, k, fin_at, in_place: bool = True):
     """A :class:`RowReader` when the warps of reduction ``ops[k] = op`` (finished by
     ``ops[fin_at]``, or None) can also run the next op (allocations, views and constants
     aside): an all-parallel generic over the reduction's own loops (the same trip counts,
@@ -386,8 +391,9 @@ def _row_reader(op, info, ops, k, fin_at):
     tensor again.  Required besides: a body of ``arith``/``math`` ops (and ``linalg.index``)
     not reading its output element; an output written element for element (a permutation)
     that shares no bytes with a buffer the reduction or the reader reads or the totals
-    (other warps may not have read their rows yet); its allocation movable in front of the
-    reduction; everything else the reader uses defined before the reduction; a warp (or a
+    (other warps may not have read their rows yet), except an input that is the output
+    itself read at the element it writes (``dx += ...`` in place); its allocation movable in
+    front of the reduction; everything else the reader uses defined before the reduction; a warp (or a
     group of lanes) per row with no row shared by two groups of a warp (:func:`_emit`'s
     clamped rows).  None otherwise."""
     from mlir import ir
@@ -442,7 +448,13 @@ def _row_reader(op, info, ops, k, fin_at):
             return None
     if not read or not defined_by_views(res, between):
         return None
-    reads = memrefs_used(op) + [x for x in ins if isinstance(x.type, ir.MemRefType)]
+    # an input that is the output itself, read at the element written (an accumulation in
+    # place, the residual stream's gradient ``dx += ...``): each lane reads its chunk of it
+    # before storing the chunk, as the reader's own launch did
+    same = {j for j, x in enumerate(ins)
+            if in_place and x == res and str(maps[j]) == str(maps[-1]) and j not in read}
+    reads = memrefs_used(op) + [x for j, x in enumerate(ins)
+                                if isinstance(x.type, ir.MemRefType) and j not in same]
     if any(may_share_bytes(res, x) for x in reads + totals):
         return None
     red_ins = list(op.operands)[:-1]

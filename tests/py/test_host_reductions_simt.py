@@ -593,6 +593,87 @@ def test_row_reduction_written_by_its_warps(cols, body):
     assert float(np.abs(y - ref).max() / np.abs(ref).max()) < 8e-3
 
 
+# RMSNorm's backward as TinyMoE's has it: the row sums of g * w * x (zero-filled first),
+# then the input gradient accumulated IN PLACE into the residual stream's gradient %dx:
+# dx += g * w * rstd + x * s * c[row] (c: -rstd^3 / n, a per-row input of the forward).
+# OUT is what the reader writes: %dx (in place), or %x (the reduction's own input: refused)
+NORM_BACKWARD = """
+#rc = affine_map<(d0, d1) -> (d0, d1)>
+#r = affine_map<(d0, d1) -> (d0)>
+#c = affine_map<(d0, d1) -> (d1)>
+#v = affine_map<(d0) -> (d0)>
+func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %w: memref<COLSxf32>,
+                %rstd: memref<64xf32>, %k: memref<64xf32>, %dx: memref<64xCOLSxf32>,
+                %so: memref<64xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %s = memref.alloc() : memref<64xf32>
+  linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
+    ^bb0(%o: f32):
+      linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#rc, #c, #rc, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%g, %w, %x : memref<64xCOLSxf32>, memref<COLSxf32>, memref<64xCOLSxf32>)
+      outs(%s : memref<64xf32>) {
+    ^bb0(%a: f32, %b: f32, %e: f32, %o: f32):
+      %p = arith.mulf %a, %b : f32
+      %q = arith.mulf %p, %e : f32
+      %t = arith.addf %q, %o : f32
+      linalg.yield %t : f32
+  }
+  linalg.generic {indexing_maps = [#rc, #rc, #c, #r, #r, #rc, #r, #rc],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(OUT, %g, %w, %rstd, %s, %x, %k : memref<64xCOLSxf32>, memref<64xCOLSxf32>,
+          memref<COLSxf32>, memref<64xf32>, memref<64xf32>, memref<64xCOLSxf32>,
+          memref<64xf32>)
+      outs(OUT : memref<64xCOLSxf32>) {
+    ^bb0(%d: f32, %a: f32, %b: f32, %rs: f32, %t: f32, %e: f32, %kk: f32, %o: f32):
+      %p = arith.mulf %a, %b : f32
+      %q = arith.mulf %p, %rs : f32
+      %u = arith.mulf %e, %t : f32
+      %y = arith.mulf %u, %kk : f32
+      %z = arith.addf %d, %q : f32
+      %r = arith.addf %z, %y : f32
+      linalg.yield %r : f32
+  }
+  memref.copy %s, %so : memref<64xf32> to memref<64xf32>
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("cols,out", [(768, "%dx"), (64, "%dx"), (768, "%x")])
+def test_row_reduction_read_in_place_by_its_warps(cols, out):
+    """RMSNorm's backward: its input gradient, accumulated in place into the residual
+    stream's gradient, runs in the launch of the row sums it reads (row-readers) — each
+    lane reads its chunk of ``dx`` before it stores it — with the same bits as its own
+    launch (in-place-readers=false) and float64's values to f32 rounding.  A reader writing in
+    place a buffer the reduction reads (``x``: other warps may still be reading their rows)
+    keeps its own launch."""
+    text = NORM_BACKWARD.replace("OUT", out).replace("COLS", str(cols))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, cols)).astype(np.float32)
+    g = rng.standard_normal((64, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    rstd = rng.uniform(0.5, 2, 64).astype(np.float32)
+    k = rng.standard_normal(64).astype(np.float32)
+    dx = rng.standard_normal((64, cols)).astype(np.float32)
+    hosts, outs = _with_and_without(text, "in-place-readers", [
+        x, g, w, rstd, k, dx, np.zeros(64, np.float32)])
+    fused, apart = hosts[True], hosts[False]
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a, b)
+    reader_in_launch = "arith.addf" in fused.split("gpu.terminator")[0].split("gpu.shuffle")[-1]
+    if out == "%x":
+        assert fused.count("linalg.generic") == apart.count("linalg.generic")
+        return
+    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 1
+    assert reader_in_launch
+    s = (g.astype(np.float64) * w * x).sum(1)
+    ref = dx + g * w * rstd[:, None] + x * s[:, None] * k[:, None]
+    np.testing.assert_allclose(outs[True][5], ref, rtol=0, atol=2e-4 * np.abs(ref).max())
+    np.testing.assert_allclose(outs[True][6], s, rtol=0, atol=2e-4 * np.abs(s).max())
+
+
 # a gradient's sum of squares for the global norm (full sum into a 0-d buffer), over bf16
 SUM_OF_SQUARES = """
 #x = affine_map<(d0, d1) -> (MAP)>
