@@ -70,7 +70,10 @@ of them are still in L1 or L2, its outputs stored a vector a chunk.  Another lau
 for every norm, and a read of ``x`` from memory fewer.  The reader may accumulate into one
 of its inputs in place (RMSNorm's backward: ``dx += g * w * rstd - x * rstd^3 * sum / n``
 into the residual stream's gradient, after the row sums of ``g * w * x``): each lane reads
-its chunk of that buffer before it stores it.
+its chunk of that buffer before it stores it.  Ops right after the reader that read
+only its output, at the element it writes, into buffers of their own (:func:`_followers`:
+that gradient rounded to bf16 for the next product, a copy of the normalized rows) run in
+the same lanes on the value just computed: a launch fewer each, and no read of the row.
 
 **Rows written in the same launch** (:func:`_row_writer`, option ``row-writers``): the
 elementwise op that writes the reduction's input just before it — the residual add, or the
@@ -311,10 +314,13 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
                 hoist_definition(ops[at].operands[1], op)
             if reader is not None:
                 hoist_definition(list(ops[reader.at].operands)[-1], op)
+                for f, _ in reader.followers:
+                    hoist_definition(list(f.operands)[-1], op)
             _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
                   reader, writer)
             for j in (at, reader.at if reader is not None else None,
-                      writer.at if writer is not None else None):
+                      writer.at if writer is not None else None,
+                      *(j for _, j in (reader.followers if reader is not None else ()))):
                 if j is not None:
                     ops[j].erase()
                     erased.add(j)
@@ -377,6 +383,8 @@ class RowReader:
     totals: dict
     v: int
     loops: tuple
+    #: the reader's own readers run by the same lanes (:func:`_followers`): (op, position)
+    followers: list = dataclasses.field(default_factory=list)
 
 
 def _row_reader(op, info, ops, k, fin_at, in_place: bool = True):
@@ -467,10 +475,59 @@ def _row_reader(op, info, ops, k, fin_at, in_place: bool = True):
     last = loops.index(info.red[-1])
     v = chunk_width(g, maps, ranges, last)
     results = [str(e) for e in maps[-1].results]
+    followers = _followers(ops, k, at, g, reads + totals)
+    outs = [res] + [list(f.operands)[-1] for f, _ in followers]
     while v > 1 and (n_red % (group * v) or results[-1] != f"d{last}" or
-                     not aligned_chunks(ir.MemRefType(res.type), v)):
+                     not all(aligned_chunks(ir.MemRefType(o.type), v) for o in outs)):
         v //= 2
-    return RowReader(g, at, read, v, loops)
+    return RowReader(g, at, read, v, loops, followers)
+
+
+def _followers(ops, k, at, reader, read) -> list:
+    """[(op, position)] of the ops right after ``reader = ops[at]``, the reader of reduction
+    ``ops[k]`` (allocations, views and constants aside), that read nothing but the reader's
+    output, at the element the reader writes, and write a buffer of their own at that element: the residual stream's gradient
+    rounded to bf16 for the next product, after RMSNorm's backward accumulated it.  The
+    lanes that compute an element of the reader apply their bodies to it and store theirs,
+    so the rounding needs no launch nor a read of the f32 row.  Required: an all-parallel
+    ``linalg.generic`` over the reader's loops (the same trip counts, one input and one
+    output, both with the reader's output map), a body of ``arith``/``math`` ops of its
+    input element (other values defined before the reduction), an output that can move in
+    front of the reduction and shares no bytes with the reader's output or anything the
+    reduction or the reader reads (``read``)."""
+    from mlir import ir
+
+    from latch.passes.buffer_views import defined_by_views, may_share_bytes, next_memory_op
+
+    res = list(reader.operands)[-1]
+    out_map = str(indexing_maps(reader)[-1])
+    _, ranges = loop_ranges(reader)
+    found, last, taken = [], at, [res]
+    while True:
+        nxt = next_memory_op(ops, last)
+        if nxt is None:
+            return found
+        f = ops[nxt]
+        if f.name != "linalg.generic" or f.results or len(f.regions) != 1 or \
+                segments(f) != (1, 1) or \
+                any("parallel" not in str(t) for t in ir.ArrayAttr(f.attributes["iterator_types"])):
+            return found
+        maps, f_ranges = loop_ranges(f)
+        src, out = list(f.operands)
+        if src != res or f_ranges != ranges or str(maps[0]) != out_map or \
+                str(maps[1]) != out_map or not isinstance(out.type, ir.MemRefType):
+            return found
+        body = scalar_body(f)
+        if body is None or any(not hasattr(x.owner, "arguments") and
+                               _op(x.owner) in ops[k + 1:nxt]
+                               for o in body for x in o.operands):
+            return found
+        if not defined_by_views(out, ops[k + 1:nxt]) or \
+                any(may_share_bytes(out, x) for x in read + taken):
+            return found
+        found.append((f, nxt))
+        taken.append(out)
+        last = nxt
 
 
 def _same_loops(ranges, red_ranges, want):
@@ -1032,10 +1089,22 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
             clone_body_ops(body[:-1], mapping, here)
             ys.append(mapping.get(result, result))
         where = indices(maps[-1], here)
-        if v == 1:
-            ir.Operation.create("memref.store", [], [ys[0], res] + where)
-        else:
-            store_chunk(ys, res, where)
+        stores = [(ys, res)]
+        for f, _ in reader.followers:       # the same element of each follower's output
+            f_block = f.regions[0].blocks[0]
+            f_body = [_op(o) for o in f_block.operations]
+            f_result = f_body[-1].operands[0]
+            zs = []
+            for y in ys:
+                mapping = {f_block.arguments[0]: y}
+                clone_body_ops(f_body[:-1], mapping, here)
+                zs.append(mapping.get(f_result, f_result))
+            stores.append((zs, list(f.operands)[-1]))
+        for values, mem in stores:
+            if v == 1:
+                ir.Operation.create("memref.store", [], [values[0], mem] + where)
+            else:
+                store_chunk(values, mem, where)
         return None
 
     start = ir.Operation.create("arith.muli", [index], [lane, index_constant(v)]).result \

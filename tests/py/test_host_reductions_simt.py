@@ -523,8 +523,10 @@ def test_row_reduction_read_by_its_warps(cols, read):
         x, w, np.zeros((64, cols), np.float32), np.zeros(64, np.float32)])
     fused, apart = hosts[True], hosts[False]
     assert fused.count("gpu.launch ") == 1 and apart.count("gpu.launch ") == 1
-    # the normalization (the one truncf) is inside the statistics' launch, not a generic
-    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 1
+    # the normalization (the one truncf) is inside the statistics' launch, not a generic,
+    # and so is the copy of its output into %y (a follower of the reader: the same lanes
+    # store each element twice)
+    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 2
     assert "arith.truncf" in fused.split("gpu.terminator")[0]
     assert "arith.truncf" not in apart.split("gpu.terminator")[0]
     assert re.search(r"gpu.shuffle +idx", fused) and "vector<4xbf16>" in fused
@@ -604,7 +606,7 @@ NORM_BACKWARD = """
 #v = affine_map<(d0) -> (d0)>
 func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %w: memref<COLSxf32>,
                 %rstd: memref<64xf32>, %k: memref<64xf32>, %dx: memref<64xCOLSxf32>,
-                %so: memref<64xf32>) {
+                %so: memref<64xf32>, %bo: memref<64xCOLSxbf16>) {
   %zero = arith.constant 0.0 : f32
   %s = memref.alloc() : memref<64xf32>
   linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
@@ -635,10 +637,20 @@ func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %w: memref<COL
       %r = arith.addf %z, %y : f32
       linalg.yield %r : f32
   }
+  FOLLOWER
   memref.copy %s, %so : memref<64xf32> to memref<64xf32>
   return
 }
 """
+# the stream's gradient rounded to bf16 for the next product, after the accumulation
+CAST = """%b16 = memref.alloc() : memref<64xCOLSxbf16>
+  linalg.generic {indexing_maps = [#rc, #rc], iterator_types = ["parallel", "parallel"]}
+      ins(%dx : memref<64xCOLSxf32>) outs(%b16 : memref<64xCOLSxbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %t = arith.truncf %a : f32 to bf16
+      linalg.yield %t : bf16
+  }
+  memref.copy %b16, %bo : memref<64xCOLSxbf16> to memref<64xCOLSxbf16>"""
 
 
 @pytest.mark.parametrize("cols,out", [(768, "%dx"), (64, "%dx"), (768, "%x")])
@@ -649,7 +661,8 @@ def test_row_reduction_read_in_place_by_its_warps(cols, out):
     launch (in-place-readers=false) and float64's values to f32 rounding.  A reader writing in
     place a buffer the reduction reads (``x``: other warps may still be reading their rows)
     keeps its own launch."""
-    text = NORM_BACKWARD.replace("OUT", out).replace("COLS", str(cols))
+    text = NORM_BACKWARD.replace("OUT", out).replace("FOLLOWER", "").replace(
+        ", %bo: memref<64xCOLSxbf16>", "").replace("COLS", str(cols))
     rng = np.random.default_rng(3)
     x = rng.standard_normal((64, cols)).astype(np.float32)
     g = rng.standard_normal((64, cols)).astype(np.float32)
@@ -672,6 +685,35 @@ def test_row_reduction_read_in_place_by_its_warps(cols, out):
     ref = dx + g * w * rstd[:, None] + x * s[:, None] * k[:, None]
     np.testing.assert_allclose(outs[True][5], ref, rtol=0, atol=2e-4 * np.abs(ref).max())
     np.testing.assert_allclose(outs[True][6], s, rtol=0, atol=2e-4 * np.abs(s).max())
+
+
+@pytest.mark.parametrize("cols", [768, 64])
+def test_row_reader_followed_by_its_rounding(cols):
+    """The bf16 rounding of the accumulated gradient (the next product's operand) runs in
+    the same lanes: they store the f32 element and its rounding (``vector<4xbf16>`` where
+    8 lanes share a row's chunks, 16-byte-aligned runs of 4) — the same bits as the
+    rounding's own launch, and one launch in all."""
+    text = NORM_BACKWARD.replace("OUT", "%dx").replace("FOLLOWER", CAST)
+    text = text.replace("COLS", str(cols))
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((64, cols)).astype(np.float32),
+            rng.standard_normal((64, cols)).astype(np.float32),
+            rng.standard_normal(cols).astype(np.float32),
+            rng.uniform(0.5, 2, 64).astype(np.float32),
+            rng.standard_normal(64).astype(np.float32),
+            rng.standard_normal((64, cols)).astype(np.float32),
+            np.zeros(64, np.float32), np.zeros((64, cols), np.float32)]
+    hosts, outs = _with_and_without(text, "row-readers", args)
+    fused, apart = hosts[True], hosts[False]
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a, b)
+    assert "arith.truncf" in fused.split("gpu.terminator")[0]
+    # the reader and the rounding are folded (the copy of the rounding into %bo reads the
+    # rounding, not the reader: a launch of its own)
+    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 2
+    dx = outs[True][5]
+    np.testing.assert_array_equal(outs[True][7],
+                                  torch.from_numpy(dx).bfloat16().float().numpy())
 
 
 # a gradient's sum of squares for the global norm (full sum into a 0-d buffer), over bf16
