@@ -290,9 +290,11 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
     with ``row_readers`` also the next op reading the totals row by row:
     :func:`_row_reader`, in place into one of its inputs with ``in_place_readers``, and
-    with ``row_writers`` the op before it that writes the reduction's input: :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`;
-    ``whole_waves``: see :func:`column_splits`; ``column_bytes``: :func:`column_tile`);
-    returns how many were replaced."""
+    with ``row_writers`` the op before it that writes the reduction's input:
+    :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
+    :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
+    replaced.  Row reductions first, then column reductions (a column reduction between a
+    row reduction and its writer may move after their launch: :func:`_row_writer`)."""
     n = 0
     ops = [_op(o) for o in body.operations]
     erased = set()
@@ -300,33 +302,38 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
         if k in erased:
             continue
         found = match_row_reduction(op)
-        if found is None:
+        if found is None or found.column is not None:
             continue
-        if found.column is not None:
-            _emit_columns(op, found, whole_waves, column_bytes)
-        else:
-            at = _finalizer(op, found, ops, k) if finish else None
-            reader = _row_reader(op, found, ops, k, at, in_place_readers) \
-                if finish and row_readers else None
-            writer = _row_writer(op, found, ops, k, at, reader, chunks, erased) \
-                if finish and row_writers else None
-            if at is not None:
-                hoist_definition(ops[at].operands[1], op)
-            if reader is not None:
-                hoist_definition(list(ops[reader.at].operands)[-1], op)
-                for f, _ in reader.followers:
-                    hoist_definition(list(f.operands)[-1], op)
-            _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
-                  reader, writer)
-            for j in (at, reader.at if reader is not None else None,
-                      writer.at if writer is not None else None,
-                      *(j for _, j in (reader.followers if reader is not None else ()))):
-                if j is not None:
-                    ops[j].erase()
-                    erased.add(j)
+        at = _finalizer(op, found, ops, k) if finish else None
+        reader = _row_reader(op, found, ops, k, at, in_place_readers) \
+            if finish and row_readers else None
+        writer = _row_writer(op, found, ops, k, at, reader, chunks, erased) \
+            if finish and row_writers else None
+        if at is not None:
+            hoist_definition(ops[at].operands[1], op)
+        if reader is not None:
+            hoist_definition(list(ops[reader.at].operands)[-1], op)
+            for f, _ in reader.followers:
+                hoist_definition(list(f.operands)[-1], op)
+        _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
+              reader, writer)
+        for j in (at, reader.at if reader is not None else None,
+                  writer.at if writer is not None else None,
+                  *(j for _, j in (reader.followers if reader is not None else ()))):
+            if j is not None:
+                ops[j].erase()
+                erased.add(j)
+        for o in (writer.deferred if writer is not None else ()):
+            o.move_before(op)                       # right after the new launch
         op.erase()
         erased.add(k)
         n += 1
+    for op in [_op(o) for o in body.operations]:
+        found = match_row_reduction(op)
+        if found is not None and found.column is not None:
+            _emit_columns(op, found, whole_waves, column_bytes)
+            op.erase()
+            n += 1
     return n
 
 
@@ -564,6 +571,9 @@ class RowWriter:
     x: int
     loops: tuple
     v: int
+    #: ops between the writer and the reduction that read what the writer writes (a
+    #: column reduction over it: the norm weight's gradient), moved after the launch
+    deferred: list = dataclasses.field(default_factory=list)
 
 
 _WRITER_SKIP = 4   # memory ops between a writer and its reduction it may move past
@@ -634,7 +644,7 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
         return None
     block = p.regions[0].blocks[0]
     body = scalar_body(p, also=("linalg.index", "memref.load"))
-    if body is None:
+    if body is None or _rounds_a_product(p, body, ops, j, gone):
         return None
     loaded = [o.operands[0] for o in body if o.name == "memref.load"]
     last = loops.index(info.red[-1])
@@ -664,9 +674,18 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
             if isinstance(y.type, ir.MemRefType) and may_share_bytes(y, x) and y != x:
                 return None
     touched = [y for y in operands + loaded if isinstance(y.type, ir.MemRefType)]
-    for o in skipped:
+    launch_writes = written + [list(f.operands)[-1] for f, _ in
+                               (reader.followers if reader is not None else ())]
+    launch_uses = touched + list(op.operands) + launch_writes + \
+        [y for y in (list(reader.op.operands) if reader is not None else [])]
+    deferred = []
+    for i, o in enumerate(skipped):         # skipped[:i]: the ops between o and the reduction
         if any(may_share_bytes(a, b) for a in memrefs_used(o) for b in touched):
-            return None
+            if not _deferrable(o, x, launch_uses, launch_writes) or \
+                    any(may_share_bytes(a, b) for later in skipped[:i]
+                        for a in memrefs_used(later) for b in memrefs_used(o)):
+                return None
+            deferred.append(o)
     # chunks: the reduction's, its reader's and the writer's accesses along the row
     v = _row_chunk(op, info, group)
     if reader is not None:
@@ -691,7 +710,53 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
         return None
     if reader is not None:
         reader.v = v
-    return RowWriter(p, j, xs[0], loops, v)
+    return RowWriter(p, j, xs[0], loops, v, deferred)
+
+
+def _rounds_a_product(p, body, ops, j, gone) -> bool:
+    """Whether the would-be writer ``p = ops[j]`` only rounds (``truncf``) the output of a
+    product: latch-form-contraction-kernels makes the product's kernel write that rounding
+    itself (``_narrowing_reader``), so taking it into the norm's launch would make the
+    product write f32 for the launch to read and round — more bytes, no launch fewer.
+    ``gone``: positions of ``ops`` already replaced by launches (not products)."""
+    from latch.passes.buffer_views import may_share_bytes, memrefs_used
+
+    maps = indexing_maps(p)
+    if [o.name for o in body] != ["arith.truncf"] or segments(p)[0] != 1 or \
+            str(maps[0]) != str(maps[1]):      # a transposing rounding stays a writer
+        return False
+    src = list(p.operands)[0]
+    for i in range(j - 1, -1, -1):
+        if i in gone:
+            continue
+        o = ops[i]
+        if any(may_share_bytes(src, y) for y in memrefs_used(o)):
+            return o.name == "linalg.generic" and match_contraction(o) is not None and \
+                may_share_bytes(src, list(o.operands)[-1])
+    return False
+
+
+def _deferrable(o, x, launch_uses, launch_writes) -> bool:
+    """Whether ``o``, an op between a row reduction's writer and the reduction that reads
+    ``x`` (the writer's output), may run after their launch instead: a ``linalg.generic``
+    with one output (a column reduction over ``x``: the norm weight's gradient) whose
+    output shares no bytes with anything the launch reads or writes and whose inputs share
+    none with anything the launch writes but ``x`` — so that it reads the same values after
+    the launch, and the launch the same before it."""
+    from mlir import ir
+
+    from latch.passes.buffer_views import may_share_bytes
+
+    if o.name != "linalg.generic" or o.results or segments(o)[1] != 1 or \
+            any(_op(b).name != "linalg.yield" and _op(b).name.split(".")[0] not in
+                ("arith", "math") for b in o.regions[0].blocks[0].operations):
+        return False
+    operands = list(o.operands)
+    ins, out = operands[:-1], operands[-1]
+    if any(may_share_bytes(out, y) for y in launch_uses):
+        return False
+    return not any(isinstance(y.type, ir.MemRefType) and may_share_bytes(y, w)
+                   for y in ins for w in launch_writes if w != x)
 
 
 # -- pieces shared by both forms ----------------------------------------------------------

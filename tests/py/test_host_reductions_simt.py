@@ -716,6 +716,111 @@ def test_row_reader_followed_by_its_rounding(cols):
                                   torch.from_numpy(dx).bfloat16().float().numpy())
 
 
+# TinyMoE's norm backward in full: the elementwise op writing the norm's output gradient
+# %gg (the router's input gradient added to the experts', as two inputs here), the norm
+# weight's gradient (a column reduction over %gg, between the writer and the row sums),
+# the row sums, the input gradient accumulated in place and rounded to bf16
+NORM_BACKWARD_WRITTEN = """
+#rc = affine_map<(d0, d1) -> (d0, d1)>
+#cr = affine_map<(d0, d1) -> (d1, d0)>
+#r = affine_map<(d0, d1) -> (d0)>
+#c = affine_map<(d0, d1) -> (d1)>
+#c0 = affine_map<(d0, d1) -> (d0)>
+#v = affine_map<(d0) -> (d0)>
+func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %h: memref<64xCOLSxbf16>,
+                %w: memref<COLSxf32>, %rstd: memref<64xf32>, %dx: memref<64xCOLSxf32>,
+                %wg: memref<COLSxf32>, %ggo: memref<64xCOLSxf32>, %bo: memref<64xCOLSxbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %gg = memref.alloc() : memref<64xCOLSxf32>
+  linalg.generic {indexing_maps = [#rc, #rc, #rc], iterator_types = ["parallel", "parallel"]}
+      ins(%g, %h : memref<64xCOLSxf32>, memref<64xCOLSxbf16>) outs(%gg : memref<64xCOLSxf32>) {
+    ^bb0(%a: f32, %b: bf16, %o: f32):
+      %e = arith.extf %b : bf16 to f32
+      %t = arith.addf %a, %e : f32
+      linalg.yield %t : f32
+  }
+  linalg.generic {indexing_maps = [#cr, #cr, #c0], iterator_types = ["parallel", "reduction"]}
+      ins(%gg, %x : memref<64xCOLSxf32>, memref<64xCOLSxf32>) outs(%wg : memref<COLSxf32>) {
+    ^bb0(%a: f32, %e: f32, %o: f32):
+      %p = arith.mulf %a, %e : f32
+      %t = arith.addf %p, %o : f32
+      linalg.yield %t : f32
+  }
+  %s = memref.alloc() : memref<64xf32>
+  linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
+    ^bb0(%o: f32):
+      linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#rc, #c, #rc, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%gg, %w, %x : memref<64xCOLSxf32>, memref<COLSxf32>, memref<64xCOLSxf32>)
+      outs(%s : memref<64xf32>) {
+    ^bb0(%a: f32, %b: f32, %e: f32, %o: f32):
+      %p = arith.mulf %a, %b : f32
+      %q = arith.mulf %p, %e : f32
+      %t = arith.addf %q, %o : f32
+      linalg.yield %t : f32
+  }
+  linalg.generic {indexing_maps = [#rc, #rc, #c, #r, #r, #rc, #rc],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%dx, %gg, %w, %rstd, %s, %x : memref<64xCOLSxf32>, memref<64xCOLSxf32>,
+          memref<COLSxf32>, memref<64xf32>, memref<64xf32>, memref<64xCOLSxf32>)
+      outs(%dx : memref<64xCOLSxf32>) {
+    ^bb0(%d: f32, %a: f32, %b: f32, %rs: f32, %t: f32, %e: f32, %o: f32):
+      %p = arith.mulf %a, %b : f32
+      %q = arith.mulf %p, %rs : f32
+      %u = arith.mulf %e, %t : f32
+      %z = arith.addf %d, %q : f32
+      %r = arith.subf %z, %u : f32
+      linalg.yield %r : f32
+  }
+  %b16 = memref.alloc() : memref<64xCOLSxbf16>
+  linalg.generic {indexing_maps = [#rc, #rc], iterator_types = ["parallel", "parallel"]}
+      ins(%dx : memref<64xCOLSxf32>) outs(%b16 : memref<64xCOLSxbf16>) {
+    ^bb0(%a: f32, %o: bf16):
+      %t = arith.truncf %a : f32 to bf16
+      linalg.yield %t : bf16
+  }
+  memref.copy %b16, %bo : memref<64xCOLSxbf16> to memref<64xCOLSxbf16>
+  memref.copy %gg, %ggo : memref<64xCOLSxf32> to memref<64xCOLSxf32>
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("cols", [768, 64])
+def test_norm_backward_in_one_launch(cols):
+    """The writer of the norm's output gradient runs in the row sums' launch although the
+    norm weight's gradient (a column reduction over that gradient) sits between them: the
+    column reduction moves after the launch, which writes the gradient it reads.  With
+    row-writers the row sums, the writer, the in-place reader and the rounding are one
+    launch (the column reduction another), the same bits as apart."""
+    text = NORM_BACKWARD_WRITTEN.replace("COLS", str(cols))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, cols)).astype(np.float32)
+    g = rng.standard_normal((64, cols)).astype(np.float32)
+    h = torch.from_numpy(rng.standard_normal((64, cols))).bfloat16().float().numpy()
+    w = rng.standard_normal(cols).astype(np.float32)
+    rstd = rng.uniform(0.5, 2, 64).astype(np.float32)
+    dx = rng.standard_normal((64, cols)).astype(np.float32)
+    wg = rng.standard_normal(cols).astype(np.float32)
+    args = [x, g, h, w, rstd, dx, wg, np.zeros((64, cols), np.float32),
+            np.zeros((64, cols), np.float32)]
+    hosts, outs = _with_and_without(text, "row-writers", args)
+    fused, apart = hosts[True], hosts[False]
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a, b)
+    assert apart.count("linalg.generic") == fused.count("linalg.generic") + 1
+    launches = fused.split("gpu.launch ")
+    assert len(launches) == 3                # the row sums' launch, then the columns'
+    assert "arith.extf" in launches[1] and "arith.truncf" in launches[1]
+    gg = g.astype(np.float64) + h
+    s = (gg * w * x).sum(1)
+    np.testing.assert_allclose(outs[True][6], wg + (gg * x).sum(0), rtol=0,
+                               atol=1e-4 * np.abs(wg + (gg * x).sum(0)).max())
+    ref = dx + gg * w * rstd[:, None] - x * s[:, None]
+    np.testing.assert_allclose(outs[True][5], ref, rtol=0, atol=2e-4 * np.abs(ref).max())
+
+
 # a gradient's sum of squares for the global norm (full sum into a 0-d buffer), over bf16
 SUM_OF_SQUARES = """
 #x = affine_map<(d0, d1) -> (MAP)>
