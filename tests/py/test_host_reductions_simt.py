@@ -595,6 +595,24 @@ def test_row_reduction_written_by_its_warps(cols, body):
     assert float(np.abs(y - ref).max() / np.abs(ref).max()) < 8e-3
 
 
+# the row sums of g * w * x into a zero-filled %s (G: the gradient buffer's name)
+_ROW_SUMS = """  %s = memref.alloc() : memref<64xf32>
+  linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
+    ^bb0(%o: f32):
+      linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#rc, #c, #rc, #r], iterator_types = ["parallel", "reduction"]}
+      ins(G, %w, %x : memref<64xCOLSxf32>, memref<COLSxf32>, memref<64xCOLSxf32>)
+      outs(%s : memref<64xf32>) {
+    ^bb0(%a: f32, %b: f32, %e: f32, %o: f32):
+      %p = arith.mulf %a, %b : f32
+      %q = arith.mulf %p, %e : f32
+      %t = arith.addf %q, %o : f32
+      linalg.yield %t : f32
+  }
+"""
+
+
 # RMSNorm's backward as TinyMoE's has it: the row sums of g * w * x (zero-filled first),
 # then the input gradient accumulated IN PLACE into the residual stream's gradient %dx:
 # dx += g * w * rstd + x * s * c[row] (c: -rstd^3 / n, a per-row input of the forward).
@@ -608,20 +626,7 @@ func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %w: memref<COL
                 %rstd: memref<64xf32>, %k: memref<64xf32>, %dx: memref<64xCOLSxf32>,
                 %so: memref<64xf32>, %bo: memref<64xCOLSxbf16>) {
   %zero = arith.constant 0.0 : f32
-  %s = memref.alloc() : memref<64xf32>
-  linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
-    ^bb0(%o: f32):
-      linalg.yield %zero : f32
-  }
-  linalg.generic {indexing_maps = [#rc, #c, #rc, #r], iterator_types = ["parallel", "reduction"]}
-      ins(%g, %w, %x : memref<64xCOLSxf32>, memref<COLSxf32>, memref<64xCOLSxf32>)
-      outs(%s : memref<64xf32>) {
-    ^bb0(%a: f32, %b: f32, %e: f32, %o: f32):
-      %p = arith.mulf %a, %b : f32
-      %q = arith.mulf %p, %e : f32
-      %t = arith.addf %q, %o : f32
-      linalg.yield %t : f32
-  }
+ROW_SUMS
   linalg.generic {indexing_maps = [#rc, #rc, #c, #r, #r, #rc, #r, #rc],
                   iterator_types = ["parallel", "parallel"]}
       ins(OUT, %g, %w, %rstd, %s, %x, %k : memref<64xCOLSxf32>, memref<64xCOLSxf32>,
@@ -641,7 +646,7 @@ func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %w: memref<COL
   memref.copy %s, %so : memref<64xf32> to memref<64xf32>
   return
 }
-"""
+""".replace("ROW_SUMS\n", _ROW_SUMS.replace("G,", "%g,"))
 # the stream's gradient rounded to bf16 for the next product, after the accumulation
 CAST = """%b16 = memref.alloc() : memref<64xCOLSxbf16>
   linalg.generic {indexing_maps = [#rc, #rc], iterator_types = ["parallel", "parallel"]}
@@ -746,20 +751,7 @@ func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %h: memref<64x
       %t = arith.addf %p, %o : f32
       linalg.yield %t : f32
   }
-  %s = memref.alloc() : memref<64xf32>
-  linalg.generic {indexing_maps = [#v], iterator_types = ["parallel"]} outs(%s : memref<64xf32>) {
-    ^bb0(%o: f32):
-      linalg.yield %zero : f32
-  }
-  linalg.generic {indexing_maps = [#rc, #c, #rc, #r], iterator_types = ["parallel", "reduction"]}
-      ins(%gg, %w, %x : memref<64xCOLSxf32>, memref<COLSxf32>, memref<64xCOLSxf32>)
-      outs(%s : memref<64xf32>) {
-    ^bb0(%a: f32, %b: f32, %e: f32, %o: f32):
-      %p = arith.mulf %a, %b : f32
-      %q = arith.mulf %p, %e : f32
-      %t = arith.addf %q, %o : f32
-      linalg.yield %t : f32
-  }
+ROW_SUMS
   linalg.generic {indexing_maps = [#rc, #rc, #c, #r, #r, #rc, #rc],
                   iterator_types = ["parallel", "parallel"]}
       ins(%dx, %gg, %w, %rstd, %s, %x : memref<64xCOLSxf32>, memref<64xCOLSxf32>,
@@ -784,7 +776,7 @@ func.func @main(%x: memref<64xCOLSxf32>, %g: memref<64xCOLSxf32>, %h: memref<64x
   memref.copy %gg, %ggo : memref<64xCOLSxf32> to memref<64xCOLSxf32>
   return
 }
-"""
+""".replace("ROW_SUMS\n", _ROW_SUMS.replace("G,", "%gg,"))
 
 
 @pytest.mark.parametrize("cols", [768, 64])
