@@ -408,9 +408,9 @@ def _row_reader(op, info, ops, k, fin_at, in_place: bool = True):
     that shares no bytes with a buffer the reduction or the reader reads or the totals
     (other warps may not have read their rows yet), except an input that is the output
     itself read at the element it writes (``dx += ...`` in place); its allocation movable in
-    front of the reduction; everything else the reader uses defined before the reduction; a warp (or a
-    group of lanes) per row with no row shared by two groups of a warp (:func:`_emit`'s
-    clamped rows).  None otherwise."""
+    front of the reduction; everything else the reader uses defined before the reduction;
+    a warp (or a group of lanes) per row with no row shared by two groups of a warp
+    (:func:`_emit`'s clamped rows).  None otherwise."""
     from mlir import ir
 
     from latch.passes.buffer_views import (defined_by_views, may_share_bytes, memrefs_used,
@@ -493,8 +493,9 @@ def _row_reader(op, info, ops, k, fin_at, in_place: bool = True):
 def _followers(ops, k, at, reader, read) -> list:
     """[(op, position)] of the ops right after ``reader = ops[at]``, the reader of reduction
     ``ops[k]`` (allocations, views and constants aside), that read nothing but the reader's
-    output, at the element the reader writes, and write a buffer of their own at that element: the residual stream's gradient
-    rounded to bf16 for the next product, after RMSNorm's backward accumulated it.  The
+    output, at the element the reader writes, and write a buffer of their own at that
+    element: the residual stream's gradient rounded to bf16 for the next product, after
+    RMSNorm's backward accumulated it.  The
     lanes that compute an element of the reader apply their bodies to it and store theirs,
     so the rounding needs no launch nor a read of the f32 row.  Required: an all-parallel
     ``linalg.generic`` over the reader's loops (the same trip counts, one input and one
@@ -517,7 +518,8 @@ def _followers(ops, k, at, reader, read) -> list:
         f = ops[nxt]
         if f.name != "linalg.generic" or f.results or len(f.regions) != 1 or \
                 segments(f) != (1, 1) or \
-                any("parallel" not in str(t) for t in ir.ArrayAttr(f.attributes["iterator_types"])):
+                any("parallel" not in str(t)
+                    for t in ir.ArrayAttr(f.attributes["iterator_types"])):
             return found
         maps, f_ranges = loop_ranges(f)
         src, out = list(f.operands)

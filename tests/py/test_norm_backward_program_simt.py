@@ -48,7 +48,8 @@ def test_in_place_norm_readers_compute_the_same_bits(tmp_path, monkeypatch):
             if n.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
     x, y = torch.randn(2, 32, 64), torch.randn(2, 32, 16)
-    off = FORM.replace("latch-wrap-host-compute,", "latch-wrap-host-compute{in-place-readers=false},")
+    off = FORM.replace("latch-wrap-host-compute,",
+                       "latch-wrap-host-compute{in-place-readers=false},")
     assert off != FORM
     (tmp_path / "on").mkdir()
     (tmp_path / "off").mkdir()
