@@ -70,3 +70,25 @@ def test_in_place_norm_readers_compute_the_same_bits(tmp_path, monkeypatch):
         g = p.detach().numpy() - new.numpy()
         err = np.linalg.norm(g - p.grad.numpy()) / np.linalg.norm(p.grad.numpy())
         assert err < 0.05, (name, err)
+
+
+def test_tiny_moe_norm_backward_in_one_launch_computes_the_same_bits(tmp_path, monkeypatch):
+    """TinyMoE's own norms (tests/py/models.TinyMoE, three layers): the MoE norm's
+    backward takes its writer (the router's input gradient added to the experts') past the
+    norm weight's gradient, and the in-place reader and its rounding — the same bits as
+    with all three steps off, in fewer launches."""
+    from models import make_tiny_moe
+
+    model, (idx, tgt) = make_tiny_moe(seed=1, d=64, hidden=64, n_layers=3)
+    off = FORM.replace("latch-wrap-host-compute,", "latch-wrap-host-compute{row-writers=false "
+                                                   "in-place-readers=false},")
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    got, loss, _, fused, _ = _update(model, idx, tgt, "math", tmp_path / "on", monkeypatch,
+                                     form=FORM)
+    want, want_loss, _, apart, _ = _update(model, idx, tgt, "math", tmp_path / "off",
+                                           monkeypatch, form=off)
+    assert fused.count("gpu.launch ") < apart.count("gpu.launch ")
+    assert loss == want_loss
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
