@@ -91,10 +91,11 @@ import re
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import hoist_definition, root as _root
 from latch.passes.form_contraction_kernels import match_contraction
-from latch.passes.generic_body import (accumulation, apply_body, clone_body_ops, compare,
-                                       guarded_launch, index_constant, indexing_maps, indices,
-                                       load_inputs, loop_ranges, pure_function_of_input,
-                                       scalar_body, segments, top_allocation)
+from latch.passes.generic_body import (accumulation, all_parallel, apply_body,
+                                       clone_body_ops, compare, guarded_launch,
+                                       index_constant, indexing_maps, indices, load_inputs,
+                                       loop_ranges, pure_function_of_input, scalar_body,
+                                       segments, top_allocation)
 
 # combining op -> (gpu.all_reduce operation, identity)
 _COMBINERS = {
@@ -362,7 +363,7 @@ def _finalizer(op, info, ops, k):
     fin = ops[at]
     if fin.name != "linalg.generic" or fin.results or segments(fin) != (1, 1) or \
             fin.operands[0] != out or \
-            any("parallel" not in str(t) for t in ir.ArrayAttr(fin.attributes["iterator_types"])):
+            not all_parallel(fin):
         return None
     maps = indexing_maps(fin)
     result = fin.operands[1]
@@ -430,7 +431,7 @@ def _row_reader(op, info, ops, k, fin_at, in_place: bool = True):
     g = ops[at]
     if g.name != "linalg.generic" or g.results or len(g.regions) != 1 or \
             segments(g)[1] != 1 or \
-            any("parallel" not in str(t) for t in ir.ArrayAttr(g.attributes["iterator_types"])):
+            not all_parallel(g):
         return None
     maps, ranges = loop_ranges(g)
     totals = [list(op.operands)[-1]]
@@ -495,9 +496,9 @@ def _followers(ops, k, at, reader, read) -> list:
     ``ops[k]`` (allocations, views and constants aside), that read nothing but the reader's
     output, at the element the reader writes, and write a buffer of their own at that
     element: the residual stream's gradient rounded to bf16 for the next product, after
-    RMSNorm's backward accumulated it.  The
-    lanes that compute an element of the reader apply their bodies to it and store theirs,
-    so the rounding needs no launch nor a read of the f32 row.  Required: an all-parallel
+    RMSNorm's backward accumulated it.  The lanes that compute an element of the reader
+    apply their bodies to it and store theirs, so the rounding needs no launch nor a read
+    of the f32 row.  Required: an all-parallel
     ``linalg.generic`` over the reader's loops (the same trip counts, one input and one
     output, both with the reader's output map), a body of ``arith``/``math`` ops of its
     input element (other values defined before the reduction), an output that can move in
@@ -517,9 +518,7 @@ def _followers(ops, k, at, reader, read) -> list:
             return found
         f = ops[nxt]
         if f.name != "linalg.generic" or f.results or len(f.regions) != 1 or \
-                segments(f) != (1, 1) or \
-                any("parallel" not in str(t)
-                    for t in ir.ArrayAttr(f.attributes["iterator_types"])):
+                segments(f) != (1, 1) or not all_parallel(f):
             return found
         maps, f_ranges = loop_ranges(f)
         src, out = list(f.operands)
@@ -636,7 +635,7 @@ def _row_writer(op, info, ops, k, fin_at, reader, chunks: bool, gone=frozenset()
     xs = [i for i, y in enumerate(red_ins) if y == x]
     if len(xs) != 1 or len(p.regions) != 1 or \
             any(may_share_bytes(y, x) for i, y in enumerate(red_ins) if i != xs[0]) or \
-            any("parallel" not in str(t) for t in ir.ArrayAttr(p.attributes["iterator_types"])):
+            not all_parallel(p):
         return None
     maps, ranges = loop_ranges(p)
     if any(r is None for r in ranges) or not maps[-1].is_permutation:
@@ -1158,15 +1157,7 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
         where = indices(maps[-1], here)
         stores = [(ys, res)]
         for f, _ in reader.followers:       # the same element of each follower's output
-            f_block = f.regions[0].blocks[0]
-            f_body = [_op(o) for o in f_block.operations]
-            f_result = f_body[-1].operands[0]
-            zs = []
-            for y in ys:
-                mapping = {f_block.arguments[0]: y}
-                clone_body_ops(f_body[:-1], mapping, here)
-                zs.append(mapping.get(f_result, f_result))
-            stores.append((zs, list(f.operands)[-1]))
+            stores.append(([apply_body(f, y) for y in ys], list(f.operands)[-1]))
         for values, mem in stores:
             if v == 1:
                 ir.Operation.create("memref.store", [], [values[0], mem] + where)
