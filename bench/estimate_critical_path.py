@@ -10,8 +10,11 @@ later artifact of the same model shares most of its kernels; this script gives e
 launches the median time of the profiled launches with the same kernel signature (each
 ``gpu.func`` memref argument's type and whether the kernel reads or writes it, from the
 ``cuda-latch-kernels-to-ptx.mlir`` stage input that ``LATCH_DUMP_DIR`` writes) and the same
-grid; a launch with no match is estimated — a grid of at most 64 blocks (a latency-bound
-kernel, e.g. one of latch-fuse-rows' fused runs) as ``--new-small-us`` microseconds, any
+grid, or failing that the median of those with the same argument types (in any order) and
+grid whatever their uses (a kernel that now only writes a buffer it used to read and write as well:
+latch-fold-zero-fills; an upper bound); a launch with no match is estimated — a grid of
+at most 64 blocks (a latency-bound kernel, e.g. one of latch-fuse-rows' fused runs) as
+``--new-small-us`` microseconds, any
 other as its arguments' bytes at 3 TB/s plus 3 us (contraction and attention kernels with no
 match are reported and counted as 0) — and the longest path through the launches'
 ``after`` dependencies is summed.  Applied to the profile's own artifact it reproduces the
@@ -92,6 +95,13 @@ def _key(signature, launch):
     return tuple((t, u) for t, _, u in signature), tuple(launch["grid"])
 
 
+def _loose_key(signature, launch):
+    """:func:`_key` without how each argument is used, nor their order: a kernel that now
+    only writes a buffer it used to read and write (its initial values folded, so another
+    argument may come first) matches its old self."""
+    return tuple(sorted(t for t, _, _ in signature)), tuple(launch["grid"])
+
+
 def _launches(path: str) -> list:
     return json.loads(zipfile.ZipFile(path).read("manifest.json"))["launches"]
 
@@ -122,6 +132,10 @@ def main(argv=None) -> None:
     for launch, timed in zip(old, prof["launches"]):
         times[_key(old_sigs.get(launch["module"], []), launch)].append(timed["ms"])
     medians = {k: statistics.median(v) for k, v in times.items()}
+    loose = collections.defaultdict(list)
+    for k, v in times.items():
+        loose[(tuple(sorted(t for t, _ in k[0])), k[1])] += v
+    loose_medians = {k: statistics.median(v) for k, v in loose.items()}
     print(f"profile's own launches re-timed: critical path "
           f"{longest(old, [medians[_key(old_sigs.get(la['module'], []), la)] for la in old]):.2f} ms "
           f"(the profile says {prof.get('critical_path_ms', float('nan')):.2f})")
@@ -129,12 +143,16 @@ def main(argv=None) -> None:
     new = _launches(args.artifact)
     sigs = kernel_signatures(args.kernels)
     for small in (float(x) for x in args.new_small_us.split(",")):
-        ms, unmatched, blind = [], 0, []
+        ms, unmatched, blind, loosely = [], 0, [], 0
         for launch in new:
             sig = sigs.get(launch["module"], [])
             k = _key(sig, launch)
             if k in medians:
                 ms.append(medians[k])
+                continue
+            if _loose_key(sig, launch) in loose_medians:
+                ms.append(loose_medians[_loose_key(sig, launch)])
+                loosely += 1
                 continue
             unmatched += 1
             blocks = launch["grid"][0] * launch["grid"][1] * launch["grid"][2]
@@ -145,7 +163,8 @@ def main(argv=None) -> None:
                 ms.append(small / 1e3)
             else:
                 ms.append(0.003 + sum(b for _, b, _ in sig) / 3.0e9)
-        print(f"{args.artifact}: {len(new)} launches, {unmatched} estimated "
+        print(f"{args.artifact}: {len(new)} launches, {loosely} matched by argument types "
+              f"alone, {unmatched} estimated "
               f"(small ones at {small:g} us): critical path {longest(new, ms):.2f} ms, "
               f"sum {sum(ms):.2f} ms" +
               (f"; {len(blind)} contraction/attention launches unmatched (counted 0)"

@@ -32,7 +32,13 @@ set by the widest element instead of the narrowest
 their buffers (``latch-recompute-elementwise{aranges=false}``, at each of its places in the
 pipeline), ``-stridedsums`` the loss's row max and sum of exponentials, the full sums and the
 row reductions reading one element a load (``latch-wrap-host-compute{chunks=false}``), ``-serialsums``
-a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``), ``-splitloss``
+a thread's integer sums in one chain (``latch-split-integer-sums{chains=1}``), ``-zerofill``
+the zero fills before reductions left to loops kept as launches (no ``latch-fold-zero-fills``,
+the default before the nineteenth stop), ``-rowzerofill`` the zero fills of warp row
+reductions' totals kept as launches (``latch-wrap-host-compute{fold-zeros=false}``, likewise),
+``-readerlaunch`` a parallel loop reading element for element what the one before it stored
+in a launch of its own (no ``latch-fuse-element-readers``, likewise),
+``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
 each at the start of every update instead of carried as state (no ``latch-carry-casts``),
@@ -137,6 +143,9 @@ OFF_SWITCHES = {
     "arangebuffers": ("latch-bufferize", "latch-recompute-elementwise", "aranges=false"),
     "stridedsums": ("latch-form-kernels", "latch-wrap-host-compute", "chunks=false"),
     "serialsums": ("latch-form-kernels", "latch-split-integer-sums", "chains=1"),
+    "zerofill": ("latch-form-kernels", "latch-fold-zero-fills", None),
+    "rowzerofill": ("latch-form-kernels", "latch-wrap-host-compute", "fold-zeros=false"),
+    "readerlaunch": ("latch-form-kernels", "latch-fuse-element-readers", None),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

@@ -34,6 +34,8 @@ PASSES: dict[str, str] = {
     "latch-form-attention-kernels": "attention_kernels:FormAttentionKernels",
     "latch-vector-atomics": "vector_atomics:VectorAtomics",
     "latch-register-accumulators": "register_accumulators:RegisterAccumulators",
+    "latch-fold-zero-fills": "fold_zero_fills:FoldZeroFills",
+    "latch-fuse-element-readers": "fuse_element_readers:FuseElementReaders",
     "latch-unroll-short-loops": "unroll_short_loops:UnrollShortLoops",
     "latch-split-integer-sums": "split_integer_sums:SplitIntegerSums",
     "latch-unroll-short-reductions": "unroll_short_reductions:UnrollShortReductions",

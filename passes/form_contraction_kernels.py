@@ -340,7 +340,7 @@ def match_contraction(op) -> Contraction | None:
     indicator = next((i for i, s in enumerate(sides)
                       if _is_indicator(s.value, op, values[:-1])), None)
     return Contraction(op, values[:-1], c, maps, sizes, groups, sides, mma, captured,
-                       indicator, _zeroing_ops(op, c))
+                       indicator, zeroing_ops(op, c))
 
 
 def hoist_narrowed_outputs(block) -> None:
@@ -498,7 +498,7 @@ def _hoist_between(op, later, only: tuple | None = None) -> None:
             between.move_before(op)
 
 
-def _zeroing_ops(op, c) -> list | None:
+def zeroing_ops(op, c) -> list | None:
     """When the whole allocation ``c`` is (not a part of it) holds zeros right before
     ``op`` and nothing reads it in between, the ops that put them there and nothing else
     needs: ``op`` may then write its sums instead of adding them, and they can go.  Zeros
@@ -524,6 +524,17 @@ def _zeroing_ops(op, c) -> list | None:
     return [writer] + ([] if others else [fill])      # the fill too when only the copy read it
 
 
+def zeroing_value(zeroing: list):
+    """The zero (an attribute) that the ops :func:`zeroing_ops` found put in the buffer:
+    written by the first of them, or by the fill it copies."""
+    first = zeroing[0]
+    value = zero_written(first)
+    if value is None:
+        source = copied_buffer(first)
+        value = zero_written(last_writer(source, first))
+    return value
+
+
 def copied_buffer(generic):
     """The buffer a ``linalg.generic`` copies into its one output — its only input, a
     memref, yielded unchanged — else None."""
@@ -543,28 +554,45 @@ def copied_buffer(generic):
 
 def writes_zero(generic) -> bool:
     """Whether ``generic`` is a ``linalg.generic`` with one output whose body yields the
-    constant 0.0 (directly or as its scalar input) and that reads no buffer."""
+    constant 0.0 or integer 0 (directly or as its scalar input) and that reads no buffer."""
+    return zero_written(generic) is not None
+
+
+def zero_written(generic):
+    """The constant attribute (a float ±0.0 or an integer 0) that ``generic`` writes when
+    :func:`writes_zero`, else None."""
     from mlir import ir
 
     if generic.name != "linalg.generic" or \
             list(ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"]))[1] != 1:
-        return False
+        return None
     block = generic.regions[0].blocks[0]
     yields = list(_op(list(block.operations)[-1]).operands)
     if len(yields) != 1:
-        return False
+        return None
     yielded = yields[0]
     if hasattr(yielded.owner, "arguments"):          # the fill's scalar input
         if yielded.owner != block:
-            return False
+            return None
         yielded = generic.operands[ir.BlockArgument(yielded).arg_number]
         if hasattr(yielded.owner, "arguments") or isinstance(yielded.type, ir.ShapedType):
-            return False
+            return None
     const = _op(yielded.owner)
-    return const.name == "arith.constant" and \
-        isinstance(const.attributes["value"], ir.FloatAttr) and \
-        ir.FloatAttr(const.attributes["value"]).value == 0.0 and \
-        not any(isinstance(v.type, ir.MemRefType) for v in list(generic.operands)[:-1])
+    if const.name != "arith.constant" or not is_zero_attribute(const.attributes["value"]) \
+            or any(isinstance(v.type, ir.MemRefType) for v in list(generic.operands)[:-1]):
+        return None
+    return const.attributes["value"]
+
+
+def is_zero_attribute(value) -> bool:
+    """Whether a scalar constant's attribute is a float 0.0 (either sign) or an integer 0."""
+    from mlir import ir
+
+    if isinstance(value, ir.FloatAttr):
+        return ir.FloatAttr(value).value == 0.0
+    if isinstance(value, ir.IntegerAttr) and not isinstance(value.type, ir.IndexType):
+        return ir.IntegerAttr(value).value == 0
+    return False
 
 
 def _reads_between(first, last, base) -> bool:

@@ -90,7 +90,7 @@ PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in [
          "deterministic={deterministic}}}",
          "latch-nonfinite-checks{{phase=mark}}", "latch-fuse-rows",
          "latch-recompute-index-functions", "func.func(convert-linalg-to-parallel-loops)",
-         "latch-register-accumulators",
+         "latch-register-accumulators", "latch-fold-zero-fills", "latch-fuse-element-readers",
          "latch-split-integer-sums", "latch-unroll-short-loops",
          "latch-map-parallel-loops{{block={block}}}",
          "func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes={block} no-min-max-bounds=true}})",

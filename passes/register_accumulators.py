@@ -47,18 +47,18 @@ class RegisterAccumulators(ModulePass):
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
             # innermost first (post-order): a rewritten loop's parent comes later
-            for loop in [o for o in _nested_ops(func_op) if o.name == "scf.for"]:
+            for loop in [o for o in nested_ops(func_op) if o.name == "scf.for"]:
                 _rewrite(loop)
 
 
-def _nested_ops(op) -> list:
+def nested_ops(op) -> list:
     """Every op nested in ``op``, each after the ops nested in it."""
     out = []
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 inner = _op(inner)
-                out += _nested_ops(inner)
+                out += nested_ops(inner)
                 out.append(inner)
     return out
 
@@ -92,7 +92,7 @@ def _rewrite(loop) -> bool:
     load = loads[0]
     if not _defined_outside(buf, loop) or not all(_defined_outside(i, loop) for i in where):
         return False
-    for o in _nested_ops(loop):
+    for o in nested_ops(loop):
         if o == load or o == store:
             continue
         if o.name in ("memref.load", "memref.store"):

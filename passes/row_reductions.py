@@ -90,7 +90,8 @@ import re
 
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import hoist_definition, root as _root
-from latch.passes.form_contraction_kernels import match_contraction
+from latch.passes.form_contraction_kernels import match_contraction, zeroing_ops, \
+    zeroing_value
 from latch.passes.generic_body import (accumulation, all_parallel, apply_body,
                                        clone_body_ops, compare, guarded_launch,
                                        index_constant, indexing_maps, indices, load_inputs,
@@ -286,13 +287,15 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
                                few_rows_unroll: int = 0, whole_waves: bool = True,
                                column_bytes: int = COLUMN_BYTES,
                                row_readers: bool = True, row_writers: bool = True,
-                               in_place_readers: bool = True) -> int:
+                               in_place_readers: bool = True, fold_zeros: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
     with ``row_readers`` also the next op reading the totals row by row:
     :func:`_row_reader`, in place into one of its inputs with ``in_place_readers``, and
     with ``row_writers`` the op before it that writes the reduction's input:
-    :func:`_row_writer`; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
+    :func:`_row_writer`; with ``fold_zeros`` totals zero-filled right before the reduction
+    (:func:`~latch.passes.form_contraction_kernels.zeroing_ops`) start from the constant and
+    the fill goes; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
     :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
     replaced.  Row reductions first, then column reductions (a column reduction between a
     row reduction and its writer may move after their launch: :func:`_row_writer`)."""
@@ -316,8 +319,14 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
             hoist_definition(list(ops[reader.at].operands)[-1], op)
             for f, _ in reader.followers:
                 hoist_definition(list(f.operands)[-1], op)
+        # totals filled with zeros right before (nothing reading them since): each row's
+        # total starts from the constant, and the fill (with the copy it went through) goes
+        zeroing = zeroing_ops(op, list(op.operands)[-1]) if fold_zeros else None
         _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
-              reader, writer)
+              reader, writer, zeroing_value(zeroing) if zeroing else None)
+        for o in zeroing or ():
+            erased.update([i for i, x in enumerate(ops) if i not in erased and x == o])
+            o.erase()
         for j in (at, reader.at if reader is not None else None,
                   writer.at if writer is not None else None,
                   *(j for _, j in (reader.followers if reader is not None else ()))):
@@ -955,14 +964,19 @@ def _combine(info, a, b):
     return ir.Operation.create(info.comb.name, [a.type], [a, b]).result
 
 
-def _store_total(out, where, total, info, finish=None) -> None:
+def _store_total(out, where, total, info, finish=None, zero=None) -> None:
     """``out[where] = combine(out[where], total)`` (an i1 in i8 is narrowed and widened);
     with ``finish`` (:func:`_finalizer`'s op) its body applied to that value is also stored
-    into its output at ``where``.  Returns the combined value (before widening)."""
+    into its output at ``where``; with ``zero`` (the constant the output was filled with,
+    the fill gone) ``combine(zero, total)``: the same value, no load.  Returns the
+    combined value (before widening)."""
     from mlir import ir
 
     elt = ir.MemRefType(out.type).element_type
-    old = ir.Operation.create("memref.load", [elt], [out] + where).result
+    if zero is not None:
+        old = ir.Operation.create("arith.constant", [elt], attributes={"value": zero}).result
+    else:
+        old = ir.Operation.create("memref.load", [elt], [out] + where).result
     if info.logical:
         old = ir.Operation.create("arith.trunci", [ir.IntegerType.get_signless(1)],
                                   [old]).result
@@ -1012,7 +1026,8 @@ def _unroll_of(n_blocks: int, per_block: int, few_rows_unroll: int, trips: int) 
 
 
 def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
-          reader: RowReader | None = None, writer: RowWriter | None = None) -> None:
+          reader: RowReader | None = None, writer: RowWriter | None = None,
+          zero=None) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -1074,14 +1089,14 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
         if reader is None:
             store = scf.IfOp(first)
             with ir.InsertionPoint(store.then_block):
-                _store_total(out, where, total, info, finish)
+                _store_total(out, where, total, info, finish, zero)
                 scf.YieldOp([])
         else:
             # the lane that stores the total hands the stored value to its group's lanes
             # (only it reads the output's old value: no lane reads what another writes)
             store = scf.IfOp(first, [total.type], has_else=True)
             with ir.InsertionPoint(store.then_block):
-                scf.YieldOp([_store_total(out, where, total, info, finish)])
+                scf.YieldOp([_store_total(out, where, total, info, finish, zero)])
             with ir.InsertionPoint(store.else_block):
                 scf.YieldOp([total])
             stored = _from_first_lane(store.results[0], lane, group)

@@ -64,7 +64,8 @@ A buffer-form ``latch.all_reduce`` (data-parallel programs) stays on the host, i
 becomes an entry of the launch schedule's ``collectives`` and ends a run of host compute.
 
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
-``finish-rows``, ``row-readers``, ``in-place-readers``, ``row-writers``, ``chunks``, ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
+``finish-rows``, ``row-readers``, ``in-place-readers``, ``fold-zeros``, ``row-writers``, ``chunks``,
+``held-chunks``, ``staged-rows``, ``softmax-unroll``,
 ``column-waves``, ``column-bytes``, ``few-rows-unroll``, ``class-sums`` (the fields
 below).
 
@@ -154,6 +155,10 @@ class WrapHostCompute(ModulePass):
     #: with ``row-readers``, such a reader may accumulate in place into one of its inputs
     #: (RMSNorm's backward: ``dx += ...``); false: an in-place reader is a launch of its own
     in_place_readers: bool = True
+    #: a row reduction whose totals were filled with zeros right before it (nothing reading
+    #: them since) starts each total from the constant and the fill goes (one launch
+    #: fewer); false: the fill stays and the reduction adds to what it loads
+    fold_zeros: bool = True
     #: with ``finish-rows``, the warps of a row reduction (short rows) also run the
     #: elementwise op before it that writes its input (passes/row_reductions.py, "Rows
     #: written in the same launch": the residual add before RMSNorm in the norm's
@@ -223,7 +228,8 @@ class WrapHostCompute(ModulePass):
                 cooperative_row_reductions(body, self.finish_rows, self.chunks,
                                            self.few_rows_unroll, self.column_waves,
                                            self.column_bytes, self.row_readers,
-                                           self.row_writers, self.in_place_readers)
+                                           self.row_writers, self.in_place_readers,
+                                           self.fold_zeros)
                 parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)

@@ -10,9 +10,11 @@ into every layer's buffer.  Each copy reads as many bytes as it writes; a fill o
 latch-wrap-host-compute has turned ``memref.copy`` into copying generics:
 
 * replaces every copying ``linalg.generic`` whose source was last written, whole, by a
-  generic writing 0.0 (nothing else writing it in between) by a generic writing 0.0 into the
-  copy's destination — which latch-form-contraction-kernels then recognizes as an output
-  zeroed right before a product (the product writes its sums and the fill goes);
+  generic writing 0.0 or integer 0 (nothing else writing it in between) by a generic writing
+  that zero into the copy's destination — which latch-form-contraction-kernels then
+  recognizes as an output zeroed right before a product (the product writes its sums and
+  the fill goes), and latch-fold-zero-fills before a reduction left to loops (TinyMoE's
+  integer routing rank);
 * erases the zero fills of allocations that nothing reads any more (their copies were the
   only readers);
 * fills only what the next write leaves: a zero fill of a whole allocation whose next use
@@ -31,7 +33,7 @@ from latch.passes.base import ModulePass, function_definitions, operation as _op
 from latch.passes.buffer_views import (LastWriters, block_position, box_in, generic_reads,
                                        root, users)
 from latch.passes.form_contraction_kernels import copied_buffer, writes_zero
-from latch.passes.generic_body import elementwise_output
+from latch.passes.generic_body import elementwise_output, zero_of
 
 
 def _copy_operands(op):
@@ -50,13 +52,12 @@ def _copy_operands(op):
 
 
 def _fill(dst, indexing_map, iterators, attributes):
-    """``linalg.generic outs(dst) { yield 0.0 }`` at the current insertion point (the
+    """``linalg.generic outs(dst) { yield 0 }`` at the current insertion point (the
     constant made here: the source fill's may live in its body, which may go)."""
     from mlir import ir
 
     elt = ir.MemRefType(dst.type).element_type
-    zero = ir.Operation.create("arith.constant", [elt],
-                               attributes={"value": ir.FloatAttr.get(elt, 0.0)}).result
+    zero = zero_of(elt)
     attrs = {"indexing_maps": ir.ArrayAttr.get([indexing_map]), "iterator_types": iterators,
              "operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 1])}
     attrs.update(attributes)

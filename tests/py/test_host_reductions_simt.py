@@ -538,6 +538,33 @@ def test_row_reduction_read_by_its_warps(cols, read):
     assert float(np.abs(outs[True][2] - ref).max() / np.abs(ref).max()) < 8e-3
 
 
+@pytest.mark.parametrize("cols", [768, 64])
+def test_row_totals_start_from_their_zero_fill(cols):
+    """Totals filled with zeros right before the reduction (RMSNorm's sum of squares) start
+    from the constant in the reduction's launch, and the fill goes (fold-zeros): one op
+    fewer on the host (a launch fewer in the update), no load of the totals in the launch,
+    the same bits as with the fill kept."""
+    text = RMS_NORM.replace("ARGS", "%x: memref<64xCOLSxf32>").replace("WRITER", "")
+    text = text.replace("KEEP", "").replace("COLS", str(cols)).replace("READ", "%r")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((64, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    hosts, outs = _with_and_without(text, "fold-zeros", [
+        x, w, np.zeros((64, cols), np.float32), np.full(64, np.nan, np.float32)])
+    folded, kept = hosts[True], hosts[False]
+    assert kept.count("linalg.generic") == folded.count("linalg.generic") + 1
+
+    def loads_of_totals(host):
+        launch = host.split("gpu.launch ")[1].split("gpu.terminator")[0]
+        return sum(1 for line in launch.splitlines()
+                   if "memref.load" in line and line.rstrip().endswith(": memref<64xf32>"))
+    assert loads_of_totals(kept) == 1 and loads_of_totals(folded) == 0
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).sum(1) / cols + 1e-5)
+    np.testing.assert_allclose(outs[True][3], rstd, rtol=1e-5)
+
+
 # a residual add writes the norm's input first: x = a + b (bf16) or, as the MoE's combine,
 # x = a + tab[idx[row]] (a gather of bf16 rows); the totals' zero fill sits in between
 RESIDUAL_ARGS = """%a: memref<64xCOLSxf32>, %b: memref<64xCOLSxbf16>, %idx: memref<64xi64>,

@@ -106,3 +106,40 @@ func.func @fill_the_rest(%a: memref<6x4xf32>) -> (memref<7x4xf32>, memref<8x4xf3
   }
   return %pad, %mid : memref<7x4xf32>, memref<8x4xf32>
 }
+
+// -----
+
+// Integer zeros too (one zero i64 buffer copied into each layer's routing counts).
+#id = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-LABEL: func.func @integer_zeros(
+// CHECK: %[[ZEROS:.*]] = memref.alloc() : memref<4x8xi64>
+// CHECK-NEXT: %[[A:.*]] = memref.alloc() : memref<4x8xi64>
+// CHECK-NEXT: %[[Z:.*]] = arith.constant 0 : i64
+// CHECK-NEXT: linalg.generic {{.*}} outs(%[[A]] : memref<4x8xi64>) {
+// CHECK-NEXT: ^bb0(%{{.*}}: i64):
+// CHECK-NEXT: linalg.yield %[[Z]] : i64
+// CHECK-NOT: ins(%[[ZEROS]] :
+// CHECK: return
+func.func @integer_zeros(%src: memref<4x8xi64>, %out: memref<4x8xi64>) {
+  %z = arith.constant 0 : i64
+  %zeros = memref.alloc() : memref<4x8xi64>
+  linalg.generic {indexing_maps = [#id], iterator_types = ["parallel", "parallel"]} outs(%zeros : memref<4x8xi64>) {
+  ^bb0(%o: i64):
+    linalg.yield %z : i64
+  }
+  %a = memref.alloc() : memref<4x8xi64>
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%zeros : memref<4x8xi64>) outs(%a : memref<4x8xi64>) {
+  ^bb0(%i: i64, %o: i64):
+    linalg.yield %i : i64
+  }
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%src : memref<4x8xi64>) outs(%a : memref<4x8xi64>) {
+  ^bb0(%i: i64, %o: i64):
+    %s = arith.addi %i, %o : i64
+    linalg.yield %s : i64
+  }
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%a : memref<4x8xi64>) outs(%out : memref<4x8xi64>) {
+  ^bb0(%i: i64, %o: i64):
+    linalg.yield %i : i64
+  }
+  return
+}

@@ -4,7 +4,7 @@
 // A whole Latch program (state, update, clipping, schedule, SGD with momentum) goes all the
 // way to sm_90 PTX: every piece of it, including the scalar schedule, becomes a kernel.
 
-// COUNT: 11
+// COUNT: 10
 // CHECK: gpu.binary "update_kernel"
 // CHECK: .target sm_90
 // Full reductions (the loss, the squared gradient norm) run as one block of 256 threads
@@ -14,15 +14,16 @@
 // lanes per thread (16-byte loads and stores).
 // The two products with the data matrix (the residual and the gradient) are contraction
 // kernels (latch_contract_*, after the other kernels); the gradient's output [64, 16] is
-// too small to fill the GPU, so it is split along k and update_kernel_3 adds the slices; the residual writes its
-// sums into its zero-initialised output directly (the zero fill is gone).
+// too small to fill the GPU, so it is split along k and update_kernel_2 adds the slices,
+// starting from zero (latch-fold-zero-fills: the gradient's zero fill is gone); the residual
+// writes its sums into its zero-initialised output directly (that zero fill is gone too).
 // CHECK: gpu.binary "update_kernel_1"
 // CHECK: .maxntid 256, 1, 1
 // CHECK: shfl.sync.bfly.b32
-// CHECK: gpu.binary "update_kernel_3"
+// CHECK: gpu.binary "update_kernel_2"
 // CHECK: ld.global.b32
 // CHECK: add.rn.f32
-// CHECK: gpu.binary "update_kernel_6"
+// CHECK: gpu.binary "update_kernel_5"
 // CHECK: ld.global.v4.b32
 // CHECK: mul.rn.f32 [[MB:%r[0-9]+]],
 // CHECK: add.rn.f32 [[BUF:%r[0-9]+]],

@@ -1,0 +1,166 @@
+"""``latch-fuse-element-readers``: a parallel loop that reads, element for element, what the
+parallel loop right before it stored runs in that loop's threads (stage 'kernels', after
+``latch-register-accumulators``).
+
+Elementwise linalg ops fuse into their consumers on tensors, but a reduction's reader does
+not fuse into the reduction, and a reader that sees the reduction's output through a
+reshape does not fuse with it by rows either (latch-fuse-rows wants one row loop).
+TinyMoE's routing rank is one: the rank of each (token, choice) slot is a sum over the
+experts written as ``[64, 64]`` (the blocked scan's shape), and the next op reads it
+flattened as ``[4096]`` to decide which slots are kept and where they go — two launches on
+the update's critical path in every layer, the second a few microseconds of latency for
+4096 elements.
+
+After ``convert-linalg-to-parallel-loops`` both are ``scf.parallel`` loops with one
+thread per element.  When
+
+* the second loop ``P2`` is the next op after ``P1`` but for allocations, views and
+  constants (which move in front of ``P1``);
+* ``P1`` stores into the buffer ``B`` once, directly in its body, at indices that are its
+  induction variables (in any order) visiting every element of ``B`` once; ``B`` is a
+  whole allocation or a view of all of it with the identity layout;
+* every access of ``P2`` to ``B``'s allocation is a load through a view ``V`` of all of it
+  (identity layout, the same element type) at ``P2``'s induction variables in order, which
+  run from 0 to ``V``'s shape in steps of one;
+* ``P2`` touches no other buffer that ``P1`` writes, ``P2`` writes no buffer that ``P1``
+  reads or writes (planned arena slots that overlap count as the same buffer), and holds
+  only loads, stores, pure ``arith``/``math``/``index`` ops and ``scf.for``/``scf.if``;
+
+then ``P2``'s body moves into ``P1``'s after the store: its induction variables become the
+row-major position of ``P1``'s element in ``B`` split over ``V``'s shape, and its loads of
+``B`` the value just stored.  Each thread of ``P1`` thus computes one element of ``B`` and
+then ``P2``'s work on that same element; no thread reads what another wrote.  The store
+stays (later ops may read ``B``).
+
+Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(func.func(convert-linalg-to-parallel-loops), latch-fuse-element-readers)'``
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from latch.passes.base import ModulePass, function_definitions, operation as _op
+from latch.passes.buffer_views import (INERT, identity_layout, may_share_bytes, root)
+from latch.passes.fold_zero_fills import covers
+from latch.passes.generic_body import delinearize, index_constant
+from latch.passes.register_accumulators import nested_ops
+
+_PURE = ("arith.", "math.", "index.")
+_ALLOWED = ("memref.load", "memref.store", "scf.for", "scf.if", "scf.yield", "scf.reduce")
+_MOVABLE = tuple(n for n in INERT if n != "memref.dealloc")
+
+
+@dataclasses.dataclass(frozen=True)
+class FuseElementReaders(ModulePass):
+    name = "latch-fuse-element-readers"
+    summary = ("a parallel loop reading element for element what the parallel loop before "
+               "it stored runs in that loop's threads")
+
+    def apply(self, module) -> None:
+        for f in function_definitions(module):
+            ops = [_op(o) for o in f.regions[0].blocks[0].operations]
+            k = 0
+            while k < len(ops):
+                first = ops[k]
+                at = k + 1
+                while at < len(ops) and ops[at].name in _MOVABLE:
+                    at += 1
+                if first.name == "scf.parallel" and at < len(ops) and \
+                        _fuse(first, ops[at], ops[k + 1:at]):
+                    # the ops between went in front of P1, P2 is gone: P1 may fuse again
+                    ops = ops[:k] + ops[k + 1:at] + [first] + ops[at + 1:]
+                    k += at - k - 1
+                else:
+                    k += 1
+
+
+def _whole(v) -> bool:
+    """Whether buffer ``v`` is its allocation, or a view of all of it, row-major."""
+    from mlir import ir
+
+    t, base = ir.MemRefType(v.type), root(v)
+    if not isinstance(base.type, ir.MemRefType) or hasattr(base.owner, "arguments"):
+        return False
+    b = ir.MemRefType(base.type)
+    return t.has_static_shape and b.has_static_shape and identity_layout(t) and \
+        identity_layout(b) and t.element_type == b.element_type and \
+        _numel(t.shape) == _numel(b.shape)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _fuse(p1, p2, between) -> bool:
+    from mlir import ir
+
+    if p2.name != "scf.parallel" or len(p1.results) or len(p2.results):
+        return False
+    body1, body2 = p1.regions[0].blocks[0], p2.regions[0].blocks[0]
+    inner1, inner2 = nested_ops(p1), nested_ops(p2)
+    stores1 = [o for o in inner1 if o.name == "memref.store"]
+    if any(o.name not in _ALLOWED and not o.name.startswith(_PURE) for o in inner1 + inner2):
+        return False
+    reads1 = [o.operands[0] for o in inner1 if o.name == "memref.load"]
+    writes1 = [o.operands[1] for o in stores1]
+    # the buffer P2 reads of those P1 writes: exactly one, read only
+    shared = {root(v) for v in writes1} & \
+        {root(o.operands[0] if o.name == "memref.load" else o.operands[1])
+         for o in inner2 if o.name in ("memref.load", "memref.store")}
+    if len(shared) != 1:
+        return False
+    (base,) = shared
+    mine = [o for o in stores1 if root(o.operands[1]) == base]
+    if len(mine) != 1 or _op(mine[0].parent) != p1:
+        return False
+    store = mine[0]
+    buf, where = store.operands[1], list(store.operands[2:])
+    if not _whole(buf) or not covers(p1, where, ir.MemRefType(buf.type).shape):
+        return False
+    ivs2 = list(body2.arguments)
+    loads = []
+    for o in inner2:
+        if o.name == "memref.store":
+            v = o.operands[1]
+            if any(may_share_bytes(v, w) for w in reads1 + writes1):
+                return False
+        elif o.name == "memref.load":
+            v = o.operands[0]
+            if root(v) == base:
+                if not _whole(v) or list(o.operands[1:]) != ivs2 or \
+                        not covers(p2, ivs2, ir.MemRefType(v.type).shape):
+                    return False
+                loads.append(o)
+            elif any(may_share_bytes(v, w) for w in writes1):
+                return False
+    if not loads or len({str(o.operands[0].type) for o in loads}) != 1:
+        return False
+    # move the allocations, views and constants between the loops in front of P1
+    for o in between:
+        o.move_before(p1)
+    terminator = _op(list(body1.operations)[-1])
+    with ir.InsertionPoint(terminator), p2.location:
+        shape = list(ir.MemRefType(buf.type).shape)
+        linear = None
+        for d, idx in enumerate(where):
+            if linear is None:
+                linear = idx
+            else:
+                scaled = ir.Operation.create("arith.muli", [idx.type],
+                                             [linear, index_constant(shape[d])]).result
+                linear = ir.Operation.create("arith.addi", [idx.type], [scaled, idx]).result
+        view_shape = list(ir.MemRefType(loads[0].operands[0].type).shape)
+        dims = [None] * len(view_shape)
+        delinearize(linear, list(reversed(range(len(view_shape)))), view_shape, dims)
+    for o in [_op(x) for x in body2.operations][:-1]:          # all but scf.reduce
+        o.move_before(terminator)
+    for iv, value in zip(ivs2, dims):
+        iv.replace_all_uses_with(value)
+    stored = store.operands[0]
+    for load in loads:
+        load.results[0].replace_all_uses_with(stored)
+        load.erase()
+    p2.erase()
+    return True
