@@ -46,8 +46,9 @@ PyTorch) under eager and under torch.compile + CUDA graph.
 
 Each engine first trains ``--curve-steps`` updates on the fixed batch from the fresh state
 (the loss curve; the curves are compared: Latch against eager, and eager against the
-compiled control as the size of bf16 noise), then times ``--iters`` further updates with
-CUDA events (median, min, max).  Prints a table with ratios; writes
+compiled control as the size of bf16 noise; each Latch build against every PyTorch engine
+run and against ``latch-base`` / ``latch``: ``curve_max_rel_diff_vs_<engine>``), then
+times ``--iters`` further updates with CUDA events (median, min, max).  Prints a table with ratios; writes
 bench/results/tinymoe_bench-<UTC>.json (and $OUT/) with records holding workload, engine,
 median_ms, min_ms, max_ms, gpu, torch, commit, date, plus kernels per update and arena
 bytes for Latch, and the update's work against the machine: the matmul FLOPs and optimizer
@@ -126,6 +127,25 @@ LATCH_ENGINES = {"latch": "", "latch-math": "-math", "latch-flash": "-flash",
 # the runtime's environment changed (the A/B of a runtime step); combinable with
 # OFF_SWITCHES, e.g. ``latch-castsperstep-greedystreams``
 RUNTIME_SWITCHES = {"greedystreams": {"LATCH_STREAM_PLAN": "greedy"}}
+
+
+def curve_deviations(curves: dict) -> dict:
+    """{Latch engine: {reference engine: the largest relative difference of their losses
+    over the updates both ran}} — each Latch build's fresh-state loss curve against the
+    PyTorch engines' and against ``latch-base`` / ``latch`` (another build of the same
+    update: a compiler step that broke the numerics shows here before in any timing)."""
+    out = {}
+    for mine, a in curves.items():
+        if latch_suffix(mine) is None or not a:
+            continue
+        for ref in ("torch-eager", "torch-compile-graph", "latch-base", "latch"):
+            b = curves.get(ref)
+            if ref == mine or not b:
+                continue
+            n = min(len(a), len(b))
+            out.setdefault(mine, {})[ref] = max(abs(x - y) / abs(y)
+                                                for x, y in zip(a[:n], b[:n]))
+    return out
 
 
 def latch_suffix(engine: str) -> str | None:
@@ -494,6 +514,11 @@ def main() -> int:
                 ok["latch"]["curve_max_rel_diff_compile_vs_eager"] = noise
                 line += f"; torch.compile vs eager (bf16 noise) {noise:.3e}"
             print(line, flush=True)
+        for mine, devs in curve_deviations(curves).items():
+            for ref, dev in devs.items():
+                ok[mine][f"curve_max_rel_diff_vs_{ref}"] = dev
+            print(f"{tag} loss curve of {mine}, max rel diff: " +
+                  ", ".join(f"vs {ref} {dev:.3e}" for ref, dev in devs.items()), flush=True)
         save()
     print("wrote", f"tinymoe_bench-{stamp}.json")
     return 0

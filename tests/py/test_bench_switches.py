@@ -51,3 +51,22 @@ def test_a_loss_that_never_moves_marks_the_record_invalid():
     assert not bench.flat_loss([10.5572] * 49 + [10.5571])
     assert not bench.flat_loss([10.5572] * 5)
     assert not bench.flat_loss([])
+
+
+def test_each_latch_curve_is_compared_with_the_others():
+    """The GPU bench compares every Latch build's loss curve with the PyTorch engines' and
+    with ``latch-base`` / ``latch`` over the updates both ran (a broken step shows as a
+    diverging curve even when nothing else looks at the numerics)."""
+    import tinymoe_bench_gpu as bench
+
+    curves = {"latch": [4.0, 3.0, 2.0], "latch-zerofill": [4.0, 3.3, 2.0, 1.0],
+              "latch-base": [4.0, 3.0], "torch-compile-graph": [4.0, 3.0, 2.2],
+              "torch-eager": []}
+    devs = bench.curve_deviations(curves)
+    assert set(devs) == {"latch", "latch-zerofill", "latch-base"}
+    assert set(devs["latch"]) == {"torch-compile-graph", "latch-base"}
+    assert abs(devs["latch"]["torch-compile-graph"] - 0.2 / 2.2) < 1e-12
+    assert devs["latch"]["latch-base"] == 0.0
+    assert abs(devs["latch-zerofill"]["latch"] - 0.1) < 1e-12
+    assert set(devs["latch-zerofill"]) == {"torch-compile-graph", "latch-base", "latch"}
+    assert devs["latch-base"] == {"torch-compile-graph": 0.0, "latch": 0.0}
