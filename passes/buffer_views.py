@@ -301,6 +301,20 @@ def identity_layout(t) -> bool:
         ir.AffineMapAttr(t.layout).value == ir.AffineMap.get_identity(len(t.shape))
 
 
+def whole_view(v) -> bool:
+    """Whether buffer ``v`` is a whole allocation, or a view of all of it in the same
+    row-major order: static shapes, identity layouts, the same element type and count."""
+    from mlir import ir
+
+    base = root(v)
+    if not isinstance(base.type, ir.MemRefType) or hasattr(base.owner, "arguments"):
+        return False
+    t, b = ir.MemRefType(v.type), ir.MemRefType(base.type)
+    return t.has_static_shape and b.has_static_shape and identity_layout(t) and \
+        identity_layout(b) and t.element_type == b.element_type and \
+        _numel(t) == _numel(b)
+
+
 def _prefix_box(view, base):
     """The box of ``base`` that the identity-layout reinterpretation ``view`` of it covers
     (its first elements, in row-major order), when that is whole rows; else None."""

@@ -27,9 +27,10 @@ and the rewrite makes ``%init`` the fill's constant and erases the fill.  Applie
   whose body only stores one constant 0 (integer, or float of either sign) there; the
   buffer covers its whole allocation (identity layout, as many elements);
 * the next op of the block that uses the allocation (directly, through views, or nested)
-  is a parallel loop whose body holds exactly one load of the same buffer value and one
-  store into it, both at the same indices, which visit every element once as the fill's
-  do; the load first and the store unconditional (directly in the body);
+  is a parallel loop whose body holds exactly one load of it and one store into it, through
+  the same whole view of it (the fill's or another: a reshape), both at the same indices,
+  which visit every element once; the load first and the store unconditional (directly in
+  the body);
 * nothing else in the reduction's body uses the allocation.
 
 Every element then holds what the reduction stores, as before; the element each thread
@@ -44,7 +45,7 @@ import dataclasses
 
 from latch.passes.base import ModulePass, defining_op, function_definitions, int_constant, \
     operation as _op
-from latch.passes.buffer_views import held_users, identity_layout, root, users
+from latch.passes.buffer_views import held_users, root, users, whole_view
 from latch.passes.form_contraction_kernels import is_zero_attribute
 
 
@@ -111,22 +112,9 @@ def _zero_fill(op):
     if const is None or const.name != "arith.constant" or \
             not is_zero_attribute(const.attributes["value"]):
         return None
-    t = ir.MemRefType(buf.type)
-    base = root(buf)
-    if not t.has_static_shape or not identity_layout(t) or \
-            not isinstance(base.type, ir.MemRefType) or \
-            not ir.MemRefType(base.type).has_static_shape or \
-            _numel(ir.MemRefType(base.type)) != _numel(t) or \
-            not covers(op, where, t.shape):
+    if not whole_view(buf) or not covers(op, where, ir.MemRefType(buf.type).shape):
         return None
     return const.attributes["value"]
-
-
-def _numel(t) -> int:
-    n = 1
-    for d in t.shape:
-        n *= d
-    return n
 
 
 def _next_user(op, buf):
@@ -141,9 +129,10 @@ def _next_user(op, buf):
 
 
 def _initial_load(loop, buf):
-    """The load of ``loop`` (an ``scf.parallel`` visiting each element of ``buf`` once) that
-    reads each element of ``buf`` before the loop's one unconditional store writes it there,
-    when these two are the loop's only uses of ``buf``'s allocation; else None."""
+    """The load of ``loop`` (an ``scf.parallel``) that reads each element of a whole view of
+    ``buf``'s allocation once, before the loop's one unconditional store writes it there
+    through the same view, when these two are the loop's only uses of the allocation; else
+    None."""
     from mlir import ir
 
     if loop.name != "scf.parallel" or len(loop.results) != 0:
@@ -154,9 +143,9 @@ def _initial_load(loop, buf):
     load = next((u for u in mine if u.name == "memref.load"), None)
     store = next((u for u in mine if u.name == "memref.store"), None)
     where = list(load.operands[1:]) if load is not None else []
-    if load is None or store is None or load.operands[0] != buf or \
-            store.operands[1] != buf or list(store.operands[2:]) != where or \
-            not covers(loop, where, ir.MemRefType(buf.type).shape) or \
+    if load is None or store is None or not whole_view(load.operands[0]) or \
+            store.operands[1] != load.operands[0] or list(store.operands[2:]) != where or \
+            not covers(loop, where, ir.MemRefType(load.operands[0].type).shape) or \
             _op(load.parent) != loop or _op(store.parent) != loop or \
             not load.is_before_in_block(store):
         return None

@@ -23,8 +23,10 @@ thread per element.  When
   (identity layout, the same element type) at ``P2``'s induction variables in order, which
   run from 0 to ``V``'s shape in steps of one;
 * ``P2`` touches no other buffer that ``P1`` writes, ``P2`` writes no buffer that ``P1``
-  reads or writes (planned arena slots that overlap count as the same buffer), and holds
-  only loads, stores, pure ``arith``/``math``/``index`` ops and ``scf.for``/``scf.if``;
+  reads or writes (planned arena slots that overlap count as the same buffer; not ``B``
+  either: a kernel storing one buffer twice would have latch-nonfinite-checks check the
+  first value too, which a later op may have made finite), and holds only loads, stores,
+  pure ``arith``/``math``/``index`` ops and ``scf.for``/``scf.if``;
 
 then ``P2``'s body moves into ``P1``'s after the store: its induction variables become the
 row-major position of ``P1``'s element in ``B`` split over ``V``'s shape, and its loads of
@@ -39,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import (INERT, identity_layout, may_share_bytes, root)
+from latch.passes.buffer_views import INERT, may_share_bytes, root, whole_view
 from latch.passes.fold_zero_fills import covers
 from latch.passes.generic_body import delinearize, index_constant
 from latch.passes.register_accumulators import nested_ops
@@ -73,26 +75,6 @@ class FuseElementReaders(ModulePass):
                     k += 1
 
 
-def _whole(v) -> bool:
-    """Whether buffer ``v`` is its allocation, or a view of all of it, row-major."""
-    from mlir import ir
-
-    t, base = ir.MemRefType(v.type), root(v)
-    if not isinstance(base.type, ir.MemRefType) or hasattr(base.owner, "arguments"):
-        return False
-    b = ir.MemRefType(base.type)
-    return t.has_static_shape and b.has_static_shape and identity_layout(t) and \
-        identity_layout(b) and t.element_type == b.element_type and \
-        _numel(t.shape) == _numel(b.shape)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _fuse(p1, p2, between) -> bool:
     from mlir import ir
 
@@ -117,7 +99,7 @@ def _fuse(p1, p2, between) -> bool:
         return False
     store = mine[0]
     buf, where = store.operands[1], list(store.operands[2:])
-    if not _whole(buf) or not covers(p1, where, ir.MemRefType(buf.type).shape):
+    if not whole_view(buf) or not covers(p1, where, ir.MemRefType(buf.type).shape):
         return False
     ivs2 = list(body2.arguments)
     loads = []
@@ -129,7 +111,7 @@ def _fuse(p1, p2, between) -> bool:
         elif o.name == "memref.load":
             v = o.operands[0]
             if root(v) == base:
-                if not _whole(v) or list(o.operands[1:]) != ivs2 or \
+                if not whole_view(v) or list(o.operands[1:]) != ivs2 or \
                         not covers(p2, ivs2, ir.MemRefType(v.type).shape):
                     return False
                 loads.append(o)

@@ -61,6 +61,31 @@ func.func @sums(%x: memref<32x8xf32>, %out: memref<32xf32>) {
   return
 }
 
+// The fill writes the allocation, the reduction a reshape of all of it: folded too.
+// CHECK-LABEL: func.func @through_a_reshape(
+// CHECK: memref.alloc() : memref<32xi64>
+// CHECK-NOT: memref.store %c0_i64
+// CHECK: scf.parallel
+// CHECK: %[[Z:.*]] = arith.constant 0 : i64
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[Z]]) -> (i64)
+func.func @through_a_reshape(%x: memref<4x16xi64>, %out: memref<32xi64>) {
+  %zero = arith.constant 0 : i64
+  %flat = memref.alloc() : memref<32xi64>
+  linalg.generic {indexing_maps = [#i1], iterator_types = ["parallel"]} outs(%flat : memref<32xi64>) {
+  ^bb0(%o: i64):
+    linalg.yield %zero : i64
+  }
+  %buf = memref.expand_shape %flat [[0, 1]] output_shape [4, 8] : memref<32xi64> into memref<4x8xi64>
+  linalg.generic {indexing_maps = [#x, #o], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x : memref<4x16xi64>) outs(%buf : memref<4x8xi64>) {
+  ^bb0(%v: i64, %acc: i64):
+    %s = arith.addi %acc, %v : i64
+    linalg.yield %s : i64
+  }
+  memref.copy %flat, %out : memref<32xi64> to memref<32xi64>
+  return
+}
+
 // CHECK-LABEL: func.func @kept(
 // CHECK: memref.store %c0_i64, %[[A:.*]][
 // CHECK: memref.copy %[[A]], %arg2
