@@ -11,13 +11,12 @@ launches the median time of the profiled launches with the same kernel signature
 ``gpu.func`` memref argument's type and whether the kernel reads or writes it, from the
 ``cuda-latch-kernels-to-ptx.mlir`` stage input that ``LATCH_DUMP_DIR`` writes) and the same
 grid, or failing that the median of those with the same argument types (in any order) and
-grid whatever their uses (a kernel that now only writes a buffer it used to read and write as well:
-latch-fold-zero-fills; an upper bound); a launch with no match is estimated — a grid of
-at most 64 blocks (a latency-bound kernel, e.g. one of latch-fuse-rows' fused runs) as
-``--new-small-us`` microseconds, any
-other as its arguments' bytes at 3 TB/s plus 3 us (contraction and attention kernels with no
-match are reported and counted as 0) — and the longest path through the launches'
-``after`` dependencies is summed.  Applied to the profile's own artifact it reproduces the
+grid whatever their uses (a kernel that now only writes a buffer it used to read and write
+as well: latch-fold-zero-fills; an upper bound); a launch with no match is estimated — a
+grid of at most 64 blocks (a latency-bound kernel, e.g. one of latch-fuse-rows' fused runs)
+as ``--new-small-us`` microseconds, any other as its arguments' bytes at 3 TB/s plus 3 us
+(contraction and attention kernels with no match are reported and counted as 0) — and the
+longest path through the launches' ``after`` dependencies is summed.  Applied to the profile's own artifact it reproduces the
 profile's ``critical_path_ms``.  An estimate, not a measurement: quote it as a prediction.
 """
 from __future__ import annotations
@@ -95,11 +94,12 @@ def _key(signature, launch):
     return tuple((t, u) for t, _, u in signature), tuple(launch["grid"])
 
 
-def _loose_key(signature, launch):
-    """:func:`_key` without how each argument is used, nor their order: a kernel that now
+def _loosen(key):
+    """A :func:`_key` without how each argument is used, nor their order: a kernel that now
     only writes a buffer it used to read and write (its initial values folded, so another
     argument may come first) matches its old self."""
-    return tuple(sorted(t for t, _, _ in signature)), tuple(launch["grid"])
+    args, grid = key
+    return tuple(sorted(t for t, _ in args)), grid
 
 
 def _launches(path: str) -> list:
@@ -134,7 +134,7 @@ def main(argv=None) -> None:
     medians = {k: statistics.median(v) for k, v in times.items()}
     loose = collections.defaultdict(list)
     for k, v in times.items():
-        loose[(tuple(sorted(t for t, _ in k[0])), k[1])] += v
+        loose[_loosen(k)] += v
     loose_medians = {k: statistics.median(v) for k, v in loose.items()}
     print(f"profile's own launches re-timed: critical path "
           f"{longest(old, [medians[_key(old_sigs.get(la['module'], []), la)] for la in old]):.2f} ms "
@@ -150,8 +150,8 @@ def main(argv=None) -> None:
             if k in medians:
                 ms.append(medians[k])
                 continue
-            if _loose_key(sig, launch) in loose_medians:
-                ms.append(loose_medians[_loose_key(sig, launch)])
+            if _loosen(k) in loose_medians:
+                ms.append(loose_medians[_loosen(k)])
                 loosely += 1
                 continue
             unmatched += 1

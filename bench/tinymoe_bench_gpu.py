@@ -142,10 +142,13 @@ def curve_deviations(curves: dict) -> dict:
             b = curves.get(ref)
             if ref == mine or not b:
                 continue
-            n = min(len(a), len(b))
-            out.setdefault(mine, {})[ref] = max(abs(x - y) / abs(y)
-                                                for x, y in zip(a[:n], b[:n]))
+            out.setdefault(mine, {})[ref] = max_rel_diff(a, b)
     return out
+
+
+def max_rel_diff(a: list, b: list) -> float:
+    """The largest ``|a - b| / |b|`` over the updates both loss curves ran."""
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
 def latch_suffix(engine: str) -> str | None:
@@ -500,21 +503,18 @@ def main() -> int:
                 ok[mine]["time_vs_latch"] = r
                 print(f"{tag} {mine} / latch: {r:.3f}x the time", flush=True)
         curves = {e: r["losses"] for e, r in ok.items()}
-        if "latch" in curves and "torch-eager" in curves and \
-                min(len(curves["latch"]), len(curves["torch-eager"])):
-            a, b = curves["latch"], curves["torch-eager"]
-            n = min(len(a), len(b))
-            dev = max(abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n]))
+        deviations = curve_deviations(curves)
+        if "torch-eager" in deviations.get("latch", {}):
+            dev = deviations["latch"]["torch-eager"]
+            n = min(len(curves["latch"]), len(curves["torch-eager"]))
             ok["latch"]["curve_max_rel_diff_vs_eager"] = dev
             line = f"{tag} loss curves over {n} updates: latch vs eager max rel diff {dev:.3e}"
-            if "torch-compile-graph" in curves:
-                c = curves["torch-compile-graph"]
-                m = min(n, len(c))
-                noise = max(abs(x - y) / abs(y) for x, y in zip(c[:m], b[:m]))
+            if curves.get("torch-compile-graph"):
+                noise = max_rel_diff(curves["torch-compile-graph"][:n], curves["torch-eager"])
                 ok["latch"]["curve_max_rel_diff_compile_vs_eager"] = noise
                 line += f"; torch.compile vs eager (bf16 noise) {noise:.3e}"
             print(line, flush=True)
-        for mine, devs in curve_deviations(curves).items():
+        for mine, devs in deviations.items():
             for ref, dev in devs.items():
                 ok[mine][f"curve_max_rel_diff_vs_{ref}"] = dev
             print(f"{tag} loss curve of {mine}, max rel diff: " +

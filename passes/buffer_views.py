@@ -5,7 +5,7 @@ reads or writes (latch-wrap-host-compute, its row reductions, latch-form-contrac
 and its one-hot scatter)."""
 from __future__ import annotations
 
-from latch.passes.base import operation as _op
+from latch.passes.base import int_constant, operation as _op
 
 VIEW_OPS = ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape",
             "memref.reinterpret_cast", "memref.view", "memref.reshape")
@@ -313,6 +313,26 @@ def whole_view(v) -> bool:
     return t.has_static_shape and b.has_static_shape and identity_layout(t) and \
         identity_layout(b) and t.element_type == b.element_type and \
         _numel(t) == _numel(b)
+
+
+def covers(loop, where, shape) -> bool:
+    """Whether the ``scf.parallel`` ``loop``, indexing a buffer of ``shape`` at ``where``,
+    visits each element once: every index is a different induction variable of the loop
+    (in any order), each running from 0 to its dimension's size in steps of one."""
+    ivs = list(loop.regions[0].blocks[0].arguments)
+    n = len(ivs)
+    operands = list(loop.operands)
+    if len(where) != len(shape) or len(ivs) != len(shape) or len(operands) != 3 * n:
+        return False
+    position = {}
+    for d, v in enumerate(where):
+        k = next((k for k, iv in enumerate(ivs) if iv == v), None)
+        if k is None or k in position:
+            return False
+        position[k] = d
+    lows, highs, steps = operands[:n], operands[n:2 * n], operands[2 * n:]
+    return all(int_constant(lows[k]) == 0 and int_constant(steps[k]) == 1 and
+               int_constant(highs[k]) == shape[d] for k, d in position.items())
 
 
 def _prefix_box(view, base):

@@ -43,9 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from latch.passes.base import ModulePass, defining_op, function_definitions, int_constant, \
-    operation as _op
-from latch.passes.buffer_views import held_users, root, users, whole_view
+from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
+from latch.passes.buffer_views import covers, held_users, root, users, whole_view
 from latch.passes.form_contraction_kernels import is_zero_attribute
 
 
@@ -56,6 +55,8 @@ class FoldZeroFills(ModulePass):
                "reduction's constant initial value")
 
     def apply(self, module) -> None:
+        from mlir import ir
+
         for f in function_definitions(module):
             for fill in [_op(o) for o in f.regions[0].blocks[0].operations]:
                 zero = _zero_fill(fill)
@@ -66,33 +67,12 @@ class FoldZeroFills(ModulePass):
                 load = _initial_load(reduction, buf) if reduction is not None else None
                 if load is None:
                     continue
-                from mlir import ir
                 with ir.InsertionPoint(load), load.location:
                     value = ir.Operation.create("arith.constant", [load.results[0].type],
                                                 attributes={"value": zero}).result
                 load.results[0].replace_all_uses_with(value)
                 load.erase()
                 fill.erase()
-
-
-def covers(loop, where, shape) -> bool:
-    """Whether the ``scf.parallel`` ``loop``, indexing a buffer of ``shape`` at ``where``,
-    visits each element once: every index is a different induction variable of the loop
-    (in any order), each running from 0 to its dimension's size in steps of one."""
-    ivs = list(loop.regions[0].blocks[0].arguments)
-    n = len(ivs)
-    operands = list(loop.operands)
-    if len(where) != len(shape) or len(ivs) != len(shape) or len(operands) != 3 * n:
-        return False
-    position = {}
-    for d, v in enumerate(where):
-        k = next((k for k, iv in enumerate(ivs) if iv == v), None)
-        if k is None or k in position:
-            return False
-        position[k] = d
-    lows, highs, steps = operands[:n], operands[n:2 * n], operands[2 * n:]
-    return all(int_constant(lows[k]) == 0 and int_constant(steps[k]) == 1 and
-               int_constant(highs[k]) == shape[d] for k, d in position.items())
 
 
 def _zero_fill(op):

@@ -41,8 +41,7 @@ from __future__ import annotations
 import dataclasses
 
 from latch.passes.base import ModulePass, function_definitions, operation as _op
-from latch.passes.buffer_views import INERT, may_share_bytes, root, whole_view
-from latch.passes.fold_zero_fills import covers
+from latch.passes.buffer_views import INERT, covers, may_share_bytes, root, whole_view
 from latch.passes.generic_body import delinearize, index_constant
 from latch.passes.register_accumulators import nested_ops
 

@@ -19,6 +19,11 @@ def zero_filled_counts(t: int, k: int, e: int) -> str:
     return _COUNTS.replace("TT", str(t)).replace("KK", str(k)).replace("EE", str(e))
 
 
+def counts_of(x, e: int):
+    """numpy's :func:`zero_filled_counts`: ``[t, e]`` = how many of ``x[t, :]`` equal ``e``."""
+    return (x[:, None, :] == np.arange(e)[None, :, None]).sum(-1)
+
+
 _COUNTS = """  %buf = memref.alloc() : memref<TTxEExi64>
   linalg.generic {indexing_maps = [#id], iterator_types = ["parallel", "parallel"]}
       outs(%buf : memref<TTxEExi64>) {
@@ -68,16 +73,19 @@ func.func @main(%x: memref<{T}x{K}xi64>, %counts: memref<{T}x{E}xi64>,
 }}
 """
 
+# latch-form-kernels' steps up to the kernels the interpreter runs (gpu.launch, not
+# outlined); PASSES: the steps tested, after latch-register-accumulators
 FORM = ("builtin.module(latch-wrap-host-compute, latch-forward-zero-fills, "
         "latch-form-contraction-kernels, func.func(convert-linalg-to-parallel-loops), "
-        "latch-register-accumulators, {PASS}latch-split-integer-sums, "
+        "latch-register-accumulators, {PASSES}latch-split-integer-sums, "
         "latch-unroll-short-loops, latch-map-parallel-loops{{block=32,8}}, lower-affine, "
         "canonicalize, cse)")
 
 
-def _run(with_pass: bool):
-    """(launches, counts, sums) of the kernels latch-form-kernels makes, run by the
-    interpreter, with or without the pass."""
+def form_and_run(text: str, passes: str, args: list) -> tuple[int, list]:
+    """Form the kernels of ``text`` (with ``passes``, e.g. ``"latch-fold-zero-fills, "``,
+    after latch-register-accumulators) and run them in the SIMT interpreter on ``args``:
+    (launches, the arguments after the run)."""
     from mlir import ir
 
     import latch.dialect
@@ -86,16 +94,23 @@ def _run(with_pass: bool):
     ctx = ir.Context()
     latch.dialect.load(ctx)
     with ctx, ir.Location.unknown():
-        m = ir.Module.parse(TEXT)
-        run_pipeline(m, FORM.format(PASS="latch-fold-zero-fills, " if with_pass else ""))
-        launches = str(m).count("gpu.launch ")
-        rng = np.random.default_rng(5)
-        x = rng.integers(0, E + 2, size=(T, K)).astype(np.int64)
-        y = rng.standard_normal((R, C)).astype(np.float32)
+        m = ir.Module.parse(text)
+        run_pipeline(m, FORM.format(PASSES=passes))
         sim = Simt(m)
-        sim.run([x, np.full((T, E), -7, np.int64), y, np.full(R, np.nan, np.float32)])
-        counts, sums = np.asarray(sim.arguments[1]), np.asarray(sim.arguments[3])
-    return launches, x, y, counts, sums
+        sim.run(args)
+        return str(m).count("gpu.launch "), [np.asarray(a) for a in sim.arguments]
+
+
+def _run(with_pass: bool):
+    """(launches, x, y, counts, sums) of the kernels latch-form-kernels makes, run by the
+    interpreter, with or without the pass."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, E + 2, size=(T, K)).astype(np.int64)
+    y = rng.standard_normal((R, C)).astype(np.float32)
+    launches, out = form_and_run(
+        TEXT, "latch-fold-zero-fills, " if with_pass else "",
+        [x, np.full((T, E), -7, np.int64), y, np.full(R, np.nan, np.float32)])
+    return launches, x, y, out[1], out[3]
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +122,7 @@ def test_folded_fills_give_the_same_bits(both):
     (n_on, x, y, counts, sums), (n_off, _, _, counts_off, sums_off) = both
     np.testing.assert_array_equal(counts, counts_off)
     np.testing.assert_array_equal(sums.view(np.uint32), sums_off.view(np.uint32))
-    ref_counts = (x[:, None, :] == np.arange(E)[None, :, None]).sum(-1)
-    np.testing.assert_array_equal(counts, ref_counts)
+    np.testing.assert_array_equal(counts, counts_of(x, E))
     ref_sums = (y.astype(np.float64) ** 2).sum(-1)
     np.testing.assert_allclose(sums, ref_sums, rtol=1e-6)
 
