@@ -107,10 +107,26 @@ def _launches(path: str) -> list:
 
 
 def longest(launches, ms) -> float:
-    done = [0.0] * len(launches)
+    return _finish_times(launches, ms)[0]
+
+
+def _finish_times(launches, ms):
+    """(longest path's length, each launch's finish time, each launch's latest predecessor)."""
+    done, before = [0.0] * len(launches), [None] * len(launches)
     for i, launch in enumerate(launches):
-        done[i] = ms[i] + max([done[j] for j in launch["after"]], default=0.0)
-    return max(done, default=0.0)
+        start = max([(done[j], j) for j in launch["after"]], default=(0.0, None))
+        done[i], before[i] = ms[i] + start[0], start[1]
+    return max(done, default=0.0), done, before
+
+
+def critical_path(launches, ms) -> list:
+    """The launch indices of the longest path, first to last."""
+    _, done, before = _finish_times(launches, ms)
+    path, i = [], max(range(len(launches)), key=done.__getitem__, default=None)
+    while i is not None:
+        path.append(i)
+        i = before[i]
+    return path[::-1]
 
 
 def main(argv=None) -> None:
@@ -121,6 +137,9 @@ def main(argv=None) -> None:
     p.add_argument("--artifact", required=True)
     p.add_argument("--kernels", required=True)
     p.add_argument("--new-small-us", default="4,10,20")
+    p.add_argument("--show-path", action="store_true",
+                   help="list the new artifact's critical path launch by launch (with the "
+                        "first --new-small-us estimate for unmatched launches)")
     args = p.parse_args(argv)
 
     prof = json.load(open(args.profile))
@@ -142,7 +161,7 @@ def main(argv=None) -> None:
 
     new = _launches(args.artifact)
     sigs = kernel_signatures(args.kernels)
-    for small in (float(x) for x in args.new_small_us.split(",")):
+    for n, small in enumerate(float(x) for x in args.new_small_us.split(",")):
         ms, unmatched, blind, loosely = [], 0, [], 0
         for launch in new:
             sig = sigs.get(launch["module"], [])
@@ -169,6 +188,13 @@ def main(argv=None) -> None:
               f"sum {sum(ms):.2f} ms" +
               (f"; {len(blind)} contraction/attention launches unmatched (counted 0)"
                if blind else ""))
+        if args.show_path and n == 0:
+            total = 0.0
+            for i in critical_path(new, ms):
+                total += ms[i]
+                la = new[i]
+                print(f"  {i:5d} {ms[i] * 1e3:8.1f} us  {total:7.3f} ms  {la['module']:24s} "
+                      f"grid {la['grid']} block {la['block']}")
 
 
 if __name__ == "__main__":

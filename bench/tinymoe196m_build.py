@@ -37,7 +37,9 @@ the zero fills before reductions left to loops kept as launches (no ``latch-fold
 the default before the nineteenth stop), ``-rowzerofill`` the zero fills of warp row
 reductions' totals kept as launches (``latch-wrap-host-compute{fold-zeros=false}``, likewise),
 ``-readerlaunch`` a parallel loop reading element for element what the one before it stored
-in a launch of its own (no ``latch-fuse-element-readers``, likewise),
+in a launch of its own (no ``latch-fuse-element-readers``, likewise), ``-rowlaunch`` a
+parallel loop read a row at a time by the next one in a launch of its own
+(``latch-fuse-element-readers{rows=false}``, the default before the twentieth stop),
 ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
@@ -146,6 +148,7 @@ OFF_SWITCHES = {
     "zerofill": ("latch-form-kernels", "latch-fold-zero-fills", None),
     "rowzerofill": ("latch-form-kernels", "latch-wrap-host-compute", "fold-zeros=false"),
     "readerlaunch": ("latch-form-kernels", "latch-fuse-element-readers", None),
+    "rowlaunch": ("latch-form-kernels", "latch-fuse-element-readers", "rows=false"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

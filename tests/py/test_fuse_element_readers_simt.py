@@ -4,7 +4,10 @@ reduction's threads.  The kernels of ``latch-form-kernels`` run on the CPU by th
 interpreter (tests/py/simt.py, which fails a read of an element another thread wrote in
 the same launch) with and without the pass: the same integers, numpy's, and one launch
 fewer — the shape of TinyMoE's routing rank (a count over the experts as ``[T, E]``, read
-flattened to decide each slot's place)."""
+flattened to decide each slot's place) — and, option ``rows``, a sum of partials read a row
+at a time (TinyMoE's router: its split-K logits summed one thread an element, then the
+softmax one thread a token): the sum's iterations of a row run first in the reader's
+thread."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,3 +104,79 @@ def test_reader_writing_what_it_reads_stays_apart():
     np.testing.assert_array_equal(clamped, np.minimum(counts, CAP))
     np.testing.assert_array_equal(slot, np.where(counts.reshape(-1) < CAP,
                                                  ex * E + counts.reshape(-1), -1))
+
+
+S, TOK, EXP = 6, 40, 8
+_ROWS = f"""
+#p = affine_map<(e, t, s) -> (s, t, e)>
+#pb = affine_map<(e, t, s) -> (t, e)>
+#row = affine_map<(t, e) -> (t, e)>
+#rowout = affine_map<(t, e) -> (t)>
+func.func @main(%parts: memref<{S}x{TOK}x{EXP}xf32>, %logits: memref<{TOK}x{EXP}xf32>,
+                %top: memref<{TOK}xf32>, %probs: memref<{TOK}x{EXP}xf32>) {{
+  %zf = arith.constant 0.0 : f32
+  %b = memref.alloc() : memref<{TOK}x{EXP}xf32>
+  linalg.generic {{indexing_maps = [#row], iterator_types = ["parallel", "parallel"]}}
+      outs(%b : memref<{TOK}x{EXP}xf32>) {{
+  ^bb0(%o: f32):
+    linalg.yield %zf : f32
+  }}
+  linalg.generic {{indexing_maps = [#p, #pb], iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%parts : memref<{S}x{TOK}x{EXP}xf32>) outs(%b : memref<{TOK}x{EXP}xf32>) {{
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }}
+  linalg.generic {{indexing_maps = [#row, #rowout], iterator_types = ["parallel", "reduction"]}}
+      ins(%b : memref<{TOK}x{EXP}xf32>) outs(%top : memref<{TOK}xf32>) {{
+  ^bb0(%v: f32, %acc: f32):
+    %x = arith.maximumf %acc, %v : f32
+    linalg.yield %x : f32
+  }}
+  linalg.generic {{indexing_maps = [#row, #rowout, #row], iterator_types = ["parallel", "parallel"]}}
+      ins(%b, %top : memref<{TOK}x{EXP}xf32>, memref<{TOK}xf32>) outs(%probs : memref<{TOK}x{EXP}xf32>) {{
+  ^bb0(%v: f32, %mx: f32, %o: f32):
+    %d = arith.subf %v, %mx : f32
+    %e = math.exp %d : f32
+    linalg.yield %e : f32
+  }}
+  memref.copy %b, %logits : memref<{TOK}x{EXP}xf32> to memref<{TOK}x{EXP}xf32>
+  return
+}}
+"""
+
+
+def _run_rows(option: str):
+    """(launches, parts, logits, top, probs) of the row-reader program's kernels, run by
+    the interpreter, with ``latch-fuse-element-readers`` given ``option``: the partials
+    summed into a zero-filled ``[TOK, EXP]`` buffer (the fill folded), then each row's
+    maximum (into ``top``, -inf on entry) and ``exp(logit - max)``."""
+    rng = np.random.default_rng(11)
+    parts = rng.standard_normal((S, TOK, EXP)).astype(np.float32)
+    args = [parts, np.full((TOK, EXP), np.nan, np.float32), np.full(TOK, -np.inf, np.float32),
+            np.full((TOK, EXP), np.nan, np.float32)]
+    passes = f"latch-fold-zero-fills, latch-fuse-element-readers{{{option}}}, "
+    launches, out = form_and_run(_ROWS, passes, args)
+    return (launches, parts, *out[1:])
+
+
+@pytest.fixture(scope="module")
+def rows_both():
+    return _run_rows("rows=true"), _run_rows("rows=false")
+
+
+def test_row_reader_runs_the_sum_of_its_row_same_bits(rows_both):
+    (_, parts, logits, top, probs), (_, _, logits_off, top_off, probs_off) = rows_both
+    for on, off in ((logits, logits_off), (top, top_off), (probs, probs_off)):
+        np.testing.assert_array_equal(on.view(np.uint32), off.view(np.uint32))
+    want = np.zeros((TOK, EXP), np.float32)
+    for s in range(S):                    # the partials added in order, as the loops do
+        want = want + parts[s]
+    np.testing.assert_array_equal(logits, want)
+    np.testing.assert_array_equal(top, want.max(-1))
+    np.testing.assert_allclose(probs, np.exp(want - want.max(-1, keepdims=True)), rtol=1e-6)
+
+
+def test_row_reader_is_a_launch_fewer(rows_both):
+    (n_on, *_), (n_off, *_) = rows_both
+    assert n_on == n_off - 1, (n_on, n_off)

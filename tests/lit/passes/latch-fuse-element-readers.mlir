@@ -96,3 +96,65 @@ func.func @kept(%x: memref<4x16xi64>, %y: memref<32xi64>, %z: memref<4x8xi64>, %
   }
   return
 }
+
+// Row readers: a thread-per-element sum of partials ([4, 8], its loops (e, t)) read a row
+// at a time by the next op (a row maximum, one thread a row): the sum's iterations of a
+// row run first in the reader's thread, a loop over the other index, then the reader's
+// own loop reads what the thread just stored.
+// CHECK-LABEL: func.func @router(
+// CHECK: scf.parallel (%[[T:.*]]) =
+// CHECK-NEXT: scf.for %[[E:[a-z0-9]*]] = 
+// CHECK: scf.for
+// CHECK: memref.load %arg0[%{{.*}}, %[[T]], %[[E]]] : memref<3x4x8xf32>
+// CHECK: memref.store %{{.*}}, %[[B:.*]][%[[T]], %[[E]]] : memref<4x8xf32>
+// CHECK: scf.for %[[F:[a-z0-9]*]] =
+// CHECK: memref.load %[[B]][%[[T]], %[[F]]] : memref<4x8xf32>
+// CHECK: memref.store %{{.*}}, %arg1[%[[T]]] : memref<4xf32>
+// CHECK-NOT: scf.parallel
+// CHECK: return
+#p = affine_map<(e, t, s) -> (s, t, e)>
+#pb = affine_map<(e, t, s) -> (t, e)>
+#row = affine_map<(t, e) -> (t, e)>
+#rowout = affine_map<(t, e) -> (t)>
+func.func @router(%parts: memref<3x4x8xf32>, %m: memref<4xf32>) {
+  %b = memref.alloc() : memref<4x8xf32>
+  linalg.generic {indexing_maps = [#p, #pb], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%parts : memref<3x4x8xf32>) outs(%b : memref<4x8xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#row, #rowout], iterator_types = ["parallel", "reduction"]}
+      ins(%b : memref<4x8xf32>) outs(%m : memref<4xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %x = arith.maximumf %acc, %v : f32
+    linalg.yield %x : f32
+  }
+  return
+}
+
+// Kept apart: a row reader reading the row an index buffer names (another thread's).
+// CHECK-LABEL: func.func @other_rows(
+// CHECK-COUNT-2: scf.parallel
+// CHECK-NOT: scf.parallel
+#pick = affine_map<(t, e) -> (t)>
+func.func @other_rows(%parts: memref<3x4x8xf32>, %perm: memref<4xindex>, %w: memref<4x8xf32>,
+                      %m: memref<4xf32>) {
+  %b = memref.alloc() : memref<4x8xf32>
+  linalg.generic {indexing_maps = [#p, #pb], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%parts : memref<3x4x8xf32>) outs(%b : memref<4x8xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#pick, #row, #rowout], iterator_types = ["parallel", "reduction"]}
+      ins(%perm, %w : memref<4xindex>, memref<4x8xf32>) outs(%m : memref<4xf32>) {
+  ^bb0(%r: index, %u: f32, %acc: f32):
+    %e = linalg.index 1 : index
+    %v = memref.load %b[%r, %e] : memref<4x8xf32>
+    %vu = arith.addf %v, %u : f32
+    %x = arith.maximumf %acc, %vu : f32
+    linalg.yield %x : f32
+  }
+  return
+}
