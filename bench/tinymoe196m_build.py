@@ -40,6 +40,8 @@ reductions' totals kept as launches (``latch-wrap-host-compute{fold-zeros=false}
 in a launch of its own (no ``latch-fuse-element-readers``, likewise), ``-rowlaunch`` a
 parallel loop read a row at a time by the next one in a launch of its own
 (``latch-fuse-element-readers{rows=false}``, the default before the twentieth stop),
+``-walklaunch`` each one-hot gather's overflow walk in a launch of its own
+(``latch-form-contraction-kernels{gather-walk-blocks=false}``, likewise),
 ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
@@ -149,6 +151,8 @@ OFF_SWITCHES = {
     "rowzerofill": ("latch-form-kernels", "latch-wrap-host-compute", "fold-zeros=false"),
     "readerlaunch": ("latch-form-kernels", "latch-fuse-element-readers", None),
     "rowlaunch": ("latch-form-kernels", "latch-fuse-element-readers", "rows=false"),
+    "walklaunch": ("latch-form-kernels", "latch-form-contraction-kernels",
+                   "gather-walk-blocks=false"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

@@ -1325,6 +1325,9 @@ class FormContractionKernels(ModulePass):
     #: a gather also adds the term of the elementwise generic right after it that adds one
     #: to its output in place (one_hot_gather.additive_reader); false: that pass stays
     gather_readers: bool = True
+    #: a gather's overflow walk runs in the gather's own launch, in blocks after the
+    #: gathering ones (one_hot_gather._gather_launch); false: a launch of its own
+    gather_walk_blocks: bool = True
     #: which elementwise ops right after a product with a staged bf16 output (the SwiGLU
     #: backward after the experts' input gradient) its epilogue computes
     #: (passes/epilogue_readers.py, :data:`epilogue_readers.POLICIES`): "large" those
@@ -1380,7 +1383,8 @@ class FormContractionKernels(ModulePass):
                     reader = one_hot_gather.additive_reader(gather) if self.gather_readers \
                         and copy is None and zero_rows.get(j) is None else None
                     one_hot_gather.emit_gather(gather, grouped[_block_key(con.op)], copy,
-                                               zero_rows.get(j), self.gather_lanes, reader)
+                                               zero_rows.get(j), self.gather_lanes, reader,
+                                               self.gather_walk_blocks)
                     if copy is not None:
                         copy[0].erase()
                     if reader is not None:   # its term is where the gather's threads start

@@ -12,17 +12,26 @@ first, and each output element is then computed by its own thread:
 2. **group**: one thread per source ``k`` with an in-range target ``t``: ``j = atomicAdd(
    count[t], 1)``; the first ``SLOTS`` sources of a row land in its slots of a
    ``[rows, SLOTS]`` table, later ones in an *overflow* list (and a row reaching
-   ``SLOTS + 1`` sources in a *heavy-row* list);
+   ``SLOTS + 1`` sources in a *heavy-row* list; when the output was just zero-filled, the
+   thread that makes a row heavy stores that row's zeros);
 3. **gather**: one thread per 16 bytes of output (8 bf16 of a rounded copy, 4 f32; the
    row's grouping, sorting and index math shared by those columns, one vector store):
-   its row's (at most ``SLOTS``) sources sorted by ``k``, ``C = C0 + V[k0] + V[k1] + ...`` added in that order (``C0`` the output's
-   value, or 0.0 when it was just zero-filled: that fill goes) and stored;
-4. **overflow**: a fixed grid walks the overflow list: ``atomicAdd(C[t(k)], V[k])``.
+   its row's (at most ``SLOTS``) sources sorted by ``k``, ``C = C0 + V[k0] + V[k1] + ...``
+   added in that order (``C0`` the output's value, or 0.0 when it was just zero-filled:
+   that fill goes) and stored — a heavy row's ``V[k0] + ... + V[k3]`` added to ``C`` by
+   atomics instead;
+4. **overflow**: the gather launch's last ``_OVERFLOW_BLOCKS`` blocks walk the overflow
+   list: ``atomicAdd(C[t(k)], V[k])`` (option ``walk_blocks=False``: a launch of its own).
+   Only heavy rows take overflow sources and a heavy row's every sum arrives by an atomic
+   add, so the walk needs nothing from the gathering blocks: no launch between them.
 
 A row with at most ``SLOTS`` sources is thus summed in ascending ``k``, the order of the
-dense product (deterministic, the same bits as the CPU target's loops); the sources of a
-heavier row beyond its first ``SLOTS`` are added by atomics in the order the hardware takes
-them, as the scatter kernel does.  Sources whose target is out of range add nothing.
+dense product (deterministic, the same bits as the CPU target's loops); a heavier row's
+sources are added by atomics in the order the hardware takes them, as the scatter kernel
+does.  Sources whose target is out of range add nothing.  (Until 2026-12-07 a heavy row's
+first ``SLOTS`` sources were stored and the walk was a launch of its own after the gather:
+in TinyMoE, whose dispatch rows take one source and whose combine rows two, a launch that
+found an empty list on the critical path of every dispatch and combine.)
 
 **Rounded copies.**  When the output's only later reader is an all-parallel copy that
 rounds (``truncf`` to bf16, maybe with more elementwise work) a leading part of it (MoE: ``buf[:E*C]`` rounded for the expert GEMMs; the
@@ -256,14 +265,15 @@ def _reader_term(g, c, at: list):
 
 
 def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool = True,
-                reader=None) -> None:
+                reader=None, walk_blocks: bool = True) -> None:
     """Replace the contraction of ``sc`` by the launches of the module docstring, using the
     i8 buffer ``workspace`` (at least :func:`workspace_bytes` long); ``copy``: the
     :func:`rounded_copy` to write instead of the f32 output, or None; ``zero_rows``: an
     ``empty_rows.GatherRows`` whose extents the launches also write, or None; ``lanes``:
     a thread's columns of a source row read as vectors where they can be
     (:func:`_lane_values`); ``reader``: an :func:`additive_reader` whose term the threads
-    add before they store (the caller erases it)."""
+    add before they store (the caller erases it); ``walk_blocks``: the overflow walk in the
+    gather's launch (:func:`_gather_launch`), else in a launch of its own."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -301,6 +311,8 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         delinearize(k_lin, con.groups["k"][::-1], con.sizes, dims)
         return dims
 
+    n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
+
     # 1. zero the counts
     body, lin = guarded_launch(op, rows + 2, _THREADS)
     with ir.InsertionPoint.at_block_terminator(body), op.location:
@@ -331,6 +343,8 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
                     h = atomic_add_i32(counts, index_constant(rows + 1))
                     ir.Operation.create("memref.store", [], [cast(t, i32), heavy,
                                                              cast(h, index)])
+                    if con.zeroed_by is not None:    # its sums arrive by atomic adds
+                        _zero_row(sc, t, n_values)
                     scf.YieldOp([])
                 scf.YieldOp([])
             scf.YieldOp([])
@@ -339,12 +353,12 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
     #    slotted sources in k order
     shape = list(ir.MemRefType(con.c.type).shape)
     out_pos = [d for _, d in con.maps[-1]]
-    n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
     live_elements = math.prod(shape) if copy is None else copy[2]
     width = _width(sc, copy)
     dest = con.c if copy is None else copy[1]
     vector_store = _vector_store_ok(dest, width)
-    body, lin = guarded_launch(op, live_elements // width, _THREADS)
+    body, lin, walk_body, walk_from, thread = _gather_launch(
+        op, live_elements // width, _OVERFLOW_BLOCKS if walk_blocks else 0)
     with ir.InsertionPoint.at_block_terminator(body), op.location:
         first = ir.Operation.create("arith.muli", [index], [lin, index_constant(width)]).result
         at = [None] * len(shape)          # the output indices of each of the columns:
@@ -373,13 +387,19 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
             keys.append(ir.Operation.create("arith.select", [i32],
                                             [used, k, const(i32, _I32_MAX)]).result)
         keys = _sorted(keys)
+        light = compare("sle", n, const(i32, SLOTS))
+        zero = ir.Operation.create("arith.constant", [f32],
+                                   attributes={"value": ir.FloatAttr.get(f32, 0.0)}).result
         if con.zeroed_by is not None:
-            zero = ir.Operation.create("arith.constant", [f32],
-                                       attributes={"value": ir.FloatAttr.get(f32, 0.0)}).result
             accs = [zero] * width
-        else:
-            accs = [ir.Operation.create("memref.load", [f32], [con.c] + at).result
-                    for at in ats]
+        else:       # a heavy row adds its sum to the output's values by atomics: from 0
+            initial = scf.IfOp(light, [f32] * width, has_else=True)
+            with ir.InsertionPoint(initial.then_block):
+                scf.YieldOp([ir.Operation.create("memref.load", [f32], [con.c] + at).result
+                             for at in ats])
+            with ir.InsertionPoint(initial.else_block):
+                scf.YieldOp([zero] * width)
+            accs = list(initial.results)
         for s, k in enumerate(keys):
             more = scf.IfOp(compare("slt", const(i32, s), n), [f32] * width, has_else=True)
             with ir.InsertionPoint(more.then_block):
@@ -407,18 +427,24 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
                                         [_reader_term(reader, con.c, at), acc]).result
                     for acc, at in zip(accs, ats)]
 
-        def store_f32():
+        def add_f32():        # a heavy row: the other sources' atomics may come first
             for acc, at in zip(accs, ats):
-                ir.Operation.create("memref.store", [], [acc, con.c] + at)
+                ir.Operation.create("memref.atomic_rmw", [f32], [acc, con.c] + at,
+                                    attributes={"kind": _kind("addf")})
 
+        split = scf.IfOp(light, has_else=True)
+        with ir.InsertionPoint(split.else_block):
+            add_f32()
+            scf.YieldOp([])
         if copy is None:
-            if vector_store:
-                _store_vector(accs, con.c, ats[0])
-            else:
-                store_f32()
+            with ir.InsertionPoint(split.then_block):
+                if vector_store:
+                    _store_vector(accs, con.c, ats[0])
+                else:
+                    for acc, at in zip(accs, ats):
+                        ir.Operation.create("memref.store", [], [acc, con.c] + at)
+                scf.YieldOp([])
         else:
-            light = compare("sle", n, const(i32, SLOTS))
-            split = scf.IfOp(light, has_else=True)
             with ir.InsertionPoint(split.then_block):
                 values = [apply_body(copy[0], acc) for acc in accs]
                 if vector_store:
@@ -432,27 +458,30 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
                             "arith.addi", [index], [first, index_constant(w)]).result
                         _store_at(value, copy[1], e)
                 scf.YieldOp([])
-            with ir.InsertionPoint(split.else_block):
-                store_f32()
-                scf.YieldOp([])
 
-    # 4. the overflow sources: atomic adds, a fixed grid walking the list
-    def walk(length_at, per_item):
-        """A launch of _OVERFLOW_BLOCKS x _THREADS: block b takes items b, b + grid, ... of
-        the list whose length is counts[length_at]; its threads split the columns."""
-        with ir.InsertionPoint(op), op.location:
-            launch_body, end, _ = flat_launch(_OVERFLOW_BLOCKS, _THREADS)
-        with ir.InsertionPoint(end), op.location:
-            bid, tid = launch_body.arguments[0], launch_body.arguments[3]
+    # 4. the overflow sources: atomic adds, the gather launch's last _OVERFLOW_BLOCKS blocks
+    #    walking the list
+    def walk_items(block, first_item, tid, length_at, per_item):
+        """In ``block`` (run by a whole block of threads ``tid``; ``first_item``: its number
+        among the walking blocks): items b, b + _OVERFLOW_BLOCKS, ... of the list whose
+        length is counts[length_at]; the block's threads split the columns."""
+        with ir.InsertionPoint.at_block_terminator(block), op.location:
             length = cast(ir.Operation.create("memref.load", [i32],
                                               [counts, index_constant(length_at)]).result, index)
-            items = scf.ForOp(bid, length, index_constant(_OVERFLOW_BLOCKS))
+            items = scf.ForOp(first_item, length, index_constant(_OVERFLOW_BLOCKS))
             with ir.InsertionPoint(items.body):
                 columns = scf.ForOp(tid, index_constant(n_values), index_constant(_THREADS))
                 with ir.InsertionPoint(columns.body):
                     per_item(items.induction_variable, columns.induction_variable)
                     scf.YieldOp([])
                 scf.YieldOp([])
+
+    def walk(length_at, per_item):
+        """A launch of _OVERFLOW_BLOCKS x _THREADS walking a list (:func:`walk_items`)."""
+        with ir.InsertionPoint(op), op.location:
+            launch_body, _, _ = flat_launch(_OVERFLOW_BLOCKS, _THREADS)
+        walk_items(launch_body, launch_body.arguments[0], launch_body.arguments[3], length_at,
+                   per_item)
 
     def add_overflow(item, column):
         k = cast(ir.Operation.create("memref.load", [i32], [overflow, item]).result, index)
@@ -465,7 +494,10 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         ir.Operation.create("memref.atomic_rmw", [f32], [v, con.c] + where,
                             attributes={"kind": _kind("addf")})
 
-    walk(rows, add_overflow)
+    if walk_blocks:
+        walk_items(walk_body, walk_from, thread, rows, add_overflow)
+    else:
+        walk(rows, add_overflow)
 
     if copy is not None:     # 5. round the heavy rows (summed in f32) into the copy
         def round_heavy(item, column):
@@ -480,6 +512,53 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
             _store_rounded(x, copy, flat)
 
         walk(rows + 1, round_heavy)
+
+
+def _gather_launch(op, n: int, walkers: int):
+    """The gather's ``gpu.launch`` in front of ``op``: one thread per item ``0 .. n-1`` in
+    its first blocks, then ``walkers`` blocks that walk the overflow list.  Returns (the
+    gather's body block under the ``lin < n`` guard, ``lin``, the walking blocks' body
+    block, the walking block's number among them, ``threadIdx.x``); both bodies have their
+    terminators."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    blocks = -(-n // _THREADS)
+    with ir.InsertionPoint(op), op.location:
+        launch_body, end, lin = flat_launch(blocks + walkers, _THREADS)
+    with ir.InsertionPoint(end), op.location:
+        bid = launch_body.arguments[0]
+        gathering = scf.IfOp(compare("ult", bid, index_constant(blocks)), has_else=True)
+        with ir.InsertionPoint(gathering.then_block):
+            guard = scf.IfOp(compare("ult", lin, index_constant(n)))
+            with ir.InsertionPoint(guard.then_block):
+                scf.YieldOp([])
+            scf.YieldOp([])
+        with ir.InsertionPoint(gathering.else_block):
+            walking = ir.Operation.create("arith.subi", [ir.IndexType.get()],
+                                          [bid, index_constant(blocks)]).result
+            scf.YieldOp([])
+    return guard.then_block, lin, gathering.else_block, walking, launch_body.arguments[3]
+
+
+def _zero_row(sc: Scatter, t, n_values: int) -> None:
+    """Store 0.0 into the ``n_values`` elements of output row ``t`` (an index), one after
+    another (a heavy row of a zero-filled output, in the thread that found it heavy)."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    con = sc.con
+    f32 = ir.F32Type.get()
+    zero = ir.Operation.create("arith.constant", [f32],
+                               attributes={"value": ir.FloatAttr.get(f32, 0.0)}).result
+    columns = scf.ForOp(index_constant(0), index_constant(n_values), index_constant(1))
+    with ir.InsertionPoint(columns.body):
+        dims = [index_constant(0) for _ in con.sizes]
+        delinearize(columns.induction_variable, _value_dims(sc)[::-1], con.sizes, dims)
+        delinearize(t, sc.row_dims[::-1], con.sizes, dims)
+        ir.Operation.create("memref.store", [], [zero, con.c] +
+                            [dims[d] for _, d in con.maps[-1]])
+        scf.YieldOp([])
 
 
 def _lane_values(sc: Scatter, dims: list, width: int, last: int):
