@@ -1325,9 +1325,10 @@ class FormContractionKernels(ModulePass):
     #: a gather also adds the term of the elementwise generic right after it that adds one
     #: to its output in place (one_hot_gather.additive_reader); false: that pass stays
     gather_readers: bool = True
-    #: a gather's overflow walk runs in the gather's own launch, in blocks after the
-    #: gathering ones (one_hot_gather._gather_launch); false: a launch of its own
-    gather_walk_blocks: bool = True
+    #: where a gather's overflow walk runs (one_hot_gather.WALKS): "last" in the gather's
+    #: own launch, in blocks after the gathering ones (one_hot_gather._gather_launch);
+    #: "first" in blocks before them; "launch" in a launch of its own after the gather
+    gather_walk: str = "last"
     #: which elementwise ops right after a product with a staged bf16 output (the SwiGLU
     #: backward after the experts' input gradient) its epilogue computes
     #: (passes/epilogue_readers.py, :data:`epilogue_readers.POLICIES`): "large" those
@@ -1340,6 +1341,10 @@ class FormContractionKernels(ModulePass):
     epilogue_prefetch: bool = False
 
     def __post_init__(self):
+        if self.gather_walk not in one_hot_gather.WALKS:
+            raise PipelineError(
+                f"pass '{self.name}': gather-walk={self.gather_walk} is not one of "
+                + ", ".join(one_hot_gather.WALKS))
         if self.epilogue_readers not in epilogue_readers.POLICIES:
             raise PipelineError(
                 f"pass '{self.name}': epilogue-readers={self.epilogue_readers} is not one of "
@@ -1368,8 +1373,10 @@ class FormContractionKernels(ModulePass):
         exact = _fixed_point_workspaces(scatters) if self.deterministic else {}
         gathers = [sc if sc is not None and self.gather and not self.deterministic and
                    one_hot_gather.applies(sc) else None for sc in scatters]
-        grouped = _workspaces(gathers, one_hot_gather.workspace_bytes)
         copies = [one_hot_gather.rounded_copy(g) if g is not None else None for g in gathers]
+        copy_of = {id(g): c for g, c in zip(gathers, copies) if g is not None}
+        grouped = _workspaces(gathers, lambda g: one_hot_gather.workspace_bytes(
+            g, copy_of[id(g)]))
         zero_rows, skips, readers = empty_rows.plan(found, scatters, gathers, copies) \
             if self.empty_rows else ({}, {}, [])
         if self.empty_row_loads:     # rebuilt once the products have taken theirs
@@ -1384,7 +1391,7 @@ class FormContractionKernels(ModulePass):
                         and copy is None and zero_rows.get(j) is None else None
                     one_hot_gather.emit_gather(gather, grouped[_block_key(con.op)], copy,
                                                zero_rows.get(j), self.gather_lanes, reader,
-                                               self.gather_walk_blocks)
+                                               self.gather_walk)
                     if copy is not None:
                         copy[0].erase()
                     if reader is not None:   # its term is where the gather's threads start

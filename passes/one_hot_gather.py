@@ -21,7 +21,8 @@ first, and each output element is then computed by its own thread:
    that fill goes) and stored — a heavy row's ``V[k0] + ... + V[k3]`` added to ``C`` by
    atomics instead;
 4. **overflow**: the gather launch's last ``_OVERFLOW_BLOCKS`` blocks walk the overflow
-   list: ``atomicAdd(C[t(k)], V[k])`` (option ``walk_blocks=False``: a launch of its own).
+   list: ``atomicAdd(C[t(k)], V[k])`` (``walk="first"``: the launch's first blocks;
+   ``"launch"``: a launch of its own after the gather).
    Only heavy rows take overflow sources and a heavy row's every sum arrives by an atomic
    add, so the walk needs nothing from the gathering blocks: no launch between them.
 
@@ -37,7 +38,14 @@ found an empty list on the critical path of every dispatch and combine.)
 rounds (``truncf`` to bf16, maybe with more elementwise work) a leading part of it (MoE: ``buf[:E*C]`` rounded for the expert GEMMs; the
 last, dummy row of dropped tokens never read), the gather writes that bf16 copy itself and
 skips the rows nobody reads: the f32 buffer is then written only for heavy rows (their
-overflow still sums in f32), and a fifth launch rounds those rows into the copy.
+overflow still sums in f32), and each heavy row's pieces (a gather thread's columns) are
+rounded into the copy by whichever thread adds a piece's last sum — the gather thread or
+an overflow walker: after its atomic adds it takes a count of the piece's sums (an i32
+a piece in the workspace, zeroed by the grouping thread that made the row heavy, between
+two ``membar.gl``), and the one that completes ``1 + n - SLOTS`` reads the piece back by
+atomic adds of -0.0 (the values at L2, whatever another thread of its SM left in L1) and
+stores it rounded.  (``walk="launch"``, and copies of single columns: a last launch rounds
+the heavy rows.)
 
 Measured at TinyMoE B32 on the H200 (bench/gpu_profile_launches.py): the forward dispatch
 took a zero fill, the atomic scatter and the bf16 rounding (78 + 158 + 92 us a layer), now
@@ -60,6 +68,9 @@ from latch.passes.generic_body import (apply_body, compare, delinearize, flat_la
 from latch.passes.one_hot_scatter import Scatter, _target, _value, in_range
 
 SLOTS = 4            # sources a row takes in the table (summed in k order)
+#: where the overflow walk runs: the gather launch's last blocks, its first blocks, or a
+#: launch of its own after the gather
+WALKS = ("last", "first", "launch")
 _THREADS = 256
 _OVERFLOW_BLOCKS = 264   # the overflow walk's grid: two blocks per H200 SM
 _I32_MAX = 2 ** 31 - 1
@@ -95,11 +106,29 @@ def applies(sc: Scatter) -> bool:
     return _rows(sc) * (SLOTS + 2) + _sources(sc) + 2 < _I32_MAX
 
 
-def workspace_bytes(sc: Scatter) -> int:
-    """Bytes of i32 workspace: counts and two list lengths, the table, the overflow list
-    and the heavy-row list."""
+def workspace_bytes(sc: Scatter, copy=None) -> int:
+    """Bytes of i32 workspace: counts and two list lengths, the table, the overflow list,
+    the heavy-row list and, with a rounded ``copy`` (:func:`rounded_copy`), a count of the
+    sums each of a live row's column pieces has taken (:func:`_pieces`)."""
     r = _rows(sc)
-    return 4 * (r + 2 + r * SLOTS + _sources(sc) + r)
+    return 4 * (r + 2 + r * SLOTS + _sources(sc) + r + _live_rows(sc, copy) * _pieces(sc, copy))
+
+
+def _live_rows(sc: Scatter, copy) -> int:
+    """The output rows read later: those of the rounded ``copy``, else all."""
+    return _rows(sc) if copy is None else copy[2] // _n_values(sc)
+
+
+def _n_values(sc: Scatter) -> int:
+    return math.prod(sc.con.sizes[d] for d in _value_dims(sc))
+
+
+def _pieces(sc: Scatter, copy) -> int:
+    """With a rounded ``copy`` whose gather threads take several columns each
+    (:func:`_width`), the column pieces of a row (each a thread's); else 0 (no counts)."""
+    if copy is None or _width(sc, copy) == 1:
+        return 0
+    return _n_values(sc) // _width(sc, copy)
 
 
 def rounded_copy(sc: Scatter):
@@ -265,15 +294,16 @@ def _reader_term(g, c, at: list):
 
 
 def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool = True,
-                reader=None, walk_blocks: bool = True) -> None:
+                reader=None, walk: str = "last") -> None:
     """Replace the contraction of ``sc`` by the launches of the module docstring, using the
     i8 buffer ``workspace`` (at least :func:`workspace_bytes` long); ``copy``: the
     :func:`rounded_copy` to write instead of the f32 output, or None; ``zero_rows``: an
     ``empty_rows.GatherRows`` whose extents the launches also write, or None; ``lanes``:
     a thread's columns of a source row read as vectors where they can be
     (:func:`_lane_values`); ``reader``: an :func:`additive_reader` whose term the threads
-    add before they store (the caller erases it); ``walk_blocks``: the overflow walk in the
-    gather's launch (:func:`_gather_launch`), else in a launch of its own."""
+    add before they store (the caller erases it); ``walk``: one of :data:`WALKS`, where
+    the overflow walk runs."""
+    walk_blocks = walk != "launch"
     from mlir import ir
     from mlir.dialects import scf
 
@@ -290,6 +320,7 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
     counts_at, table_at = 0, 4 * (rows + 2)
     overflow_at = table_at + 4 * rows * SLOTS
     heavy_at = overflow_at + 4 * k_total
+    pieces = _pieces(sc, copy) if walk_blocks else 0     # finished by their last adder
     with ir.InsertionPoint(op), op.location:
         def view(offset, n):
             return ir.Operation.create("memref.view", [ir.MemRefType.get([n], i32)],
@@ -298,6 +329,8 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         table = view(table_at, rows * SLOTS)
         overflow = view(overflow_at, k_total)
         heavy = view(heavy_at, rows)
+        # per live row and column piece: the sums added so far (heavy rows' only)
+        added = view(heavy_at + 4 * rows, live * pieces) if pieces else None
 
     def cast(v, t):
         return ir.Operation.create("arith.index_cast", [t], [v]).result
@@ -345,8 +378,44 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
                                                              cast(h, index)])
                     if con.zeroed_by is not None:    # its sums arrive by atomic adds
                         _zero_row(sc, t, n_values)
+                    if pieces:
+                        _zero_counts(added, t, pieces)
                     scf.YieldOp([])
                 scf.YieldOp([])
+            scf.YieldOp([])
+
+    def finish_piece(row, piece, n):
+        """After a heavy row's sums into column piece ``piece`` (``width`` columns) of row
+        ``row`` (``n`` sources): count them (``membar.gl`` first); the adder of the last
+        of its ``1 + n - SLOTS`` sums (the gather thread's, the overflow sources')
+        reads the piece (``membar.gl``, then atomic adds of -0.0: values at L2, any stale
+        L1 line aside) and stores it rounded into the copy."""
+        _fence()
+        at = ir.Operation.create("arith.muli", [index], [row, index_constant(pieces)]).result
+        at = ir.Operation.create("arith.addi", [index], [at, piece]).result
+        before = atomic_add_i32(added, at)
+        others = ir.Operation.create("arith.subi", [i32], [n, const(i32, SLOTS)]).result
+        last = scf.IfOp(compare("eq", before, others))
+        with ir.InsertionPoint(last.then_block):
+            _fence()
+            minus_zero = ir.Operation.create("arith.constant", [f32], attributes={
+                "value": ir.FloatAttr.get(f32, -0.0)}).result
+            for w in range(width):
+                column = ir.Operation.create("arith.muli", [index],
+                                             [piece, index_constant(width)]).result
+                if w:
+                    column = ir.Operation.create("arith.addi", [index],
+                                                 [column, index_constant(w)]).result
+                dims = [index_constant(0) for _ in con.sizes]
+                delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
+                delinearize(row, sc.row_dims[::-1], con.sizes, dims)
+                x = ir.Operation.create("memref.atomic_rmw", [f32], [
+                    minus_zero, con.c] + [dims[d] for _, d in con.maps[-1]],
+                    attributes={"kind": _kind("addf")}).result
+                flat = ir.Operation.create("arith.muli", [index],
+                                           [row, index_constant(n_values)]).result
+                flat = ir.Operation.create("arith.addi", [index], [flat, column]).result
+                _store_rounded(x, copy, flat)
             scf.YieldOp([])
 
     # 3. one thread per ``width`` consecutive live output elements of a row: its row's
@@ -358,7 +427,7 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
     dest = con.c if copy is None else copy[1]
     vector_store = _vector_store_ok(dest, width)
     body, lin, walk_body, walk_from, thread = _gather_launch(
-        op, live_elements // width, _OVERFLOW_BLOCKS if walk_blocks else 0)
+        op, live_elements // width, _OVERFLOW_BLOCKS if walk_blocks else 0, walk == "first")
     with ir.InsertionPoint.at_block_terminator(body), op.location:
         first = ir.Operation.create("arith.muli", [index], [lin, index_constant(width)]).result
         at = [None] * len(shape)          # the output indices of each of the columns:
@@ -435,6 +504,11 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         split = scf.IfOp(light, has_else=True)
         with ir.InsertionPoint(split.else_block):
             add_f32()
+            if pieces:
+                column = ir.Operation.create("arith.subi", [index], [first, ir.Operation.create(
+                    "arith.muli", [index], [row, index_constant(n_values)]).result]).result
+                finish_piece(row, ir.Operation.create(
+                    "arith.divui", [index], [column, index_constant(width)]).result, n)
             scf.YieldOp([])
         if copy is None:
             with ir.InsertionPoint(split.then_block):
@@ -461,18 +535,20 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
 
     # 4. the overflow sources: atomic adds, the gather launch's last _OVERFLOW_BLOCKS blocks
     #    walking the list
-    def walk_items(block, first_item, tid, length_at, per_item):
+    def walk_items(block, first_item, tid, length_at, per_item, columns=None):
         """In ``block`` (run by a whole block of threads ``tid``; ``first_item``: its number
         among the walking blocks): items b, b + _OVERFLOW_BLOCKS, ... of the list whose
-        length is counts[length_at]; the block's threads split the columns."""
+        length is counts[length_at]; the block's threads split the ``columns`` (default:
+        the row's values) of each."""
         with ir.InsertionPoint.at_block_terminator(block), op.location:
             length = cast(ir.Operation.create("memref.load", [i32],
                                               [counts, index_constant(length_at)]).result, index)
             items = scf.ForOp(first_item, length, index_constant(_OVERFLOW_BLOCKS))
             with ir.InsertionPoint(items.body):
-                columns = scf.ForOp(tid, index_constant(n_values), index_constant(_THREADS))
-                with ir.InsertionPoint(columns.body):
-                    per_item(items.induction_variable, columns.induction_variable)
+                loop = scf.ForOp(tid, index_constant(columns or n_values),
+                                 index_constant(_THREADS))
+                with ir.InsertionPoint(loop.body):
+                    per_item(items.induction_variable, loop.induction_variable)
                     scf.YieldOp([])
                 scf.YieldOp([])
 
@@ -494,12 +570,34 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         ir.Operation.create("memref.atomic_rmw", [f32], [v, con.c] + where,
                             attributes={"kind": _kind("addf")})
 
-    if walk_blocks:
+    def add_overflow_piece(item, piece):
+        """``add_overflow`` for the ``width`` columns of ``piece``, then finish_piece."""
+        k = cast(ir.Operation.create("memref.load", [i32], [overflow, item]).result, index)
+        dims = k_dims(k)
+        t = cast(_target(sc, dims), index)
+        n = ir.Operation.create("memref.load", [i32], [counts, t]).result
+        delinearize(t, sc.row_dims[::-1], con.sizes, dims)
+        for w in range(width):
+            column = ir.Operation.create("arith.muli", [index],
+                                         [piece, index_constant(width)]).result
+            if w:
+                column = ir.Operation.create("arith.addi", [index],
+                                             [column, index_constant(w)]).result
+            delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
+            v = _value(sc, dims)
+            ir.Operation.create("memref.atomic_rmw", [f32],
+                                [v, con.c] + [dims[d] for _, d in con.maps[-1]],
+                                attributes={"kind": _kind("addf")})
+        finish_piece(t, piece, n)
+
+    if pieces:
+        walk_items(walk_body, walk_from, thread, rows, add_overflow_piece, pieces)
+    elif walk_blocks:
         walk_items(walk_body, walk_from, thread, rows, add_overflow)
     else:
         walk(rows, add_overflow)
 
-    if copy is not None:     # 5. round the heavy rows (summed in f32) into the copy
+    if copy is not None and not pieces:   # 5. round the heavy rows (summed in f32) into the copy
         def round_heavy(item, column):
             r = cast(ir.Operation.create("memref.load", [i32], [heavy, item]).result, index)
             dims = [index_constant(0) for _ in con.sizes]
@@ -514,31 +612,67 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         walk(rows + 1, round_heavy)
 
 
-def _gather_launch(op, n: int, walkers: int):
+def _gather_launch(op, n: int, walkers: int, walkers_first: bool = False):
     """The gather's ``gpu.launch`` in front of ``op``: one thread per item ``0 .. n-1`` in
-    its first blocks, then ``walkers`` blocks that walk the overflow list.  Returns (the
-    gather's body block under the ``lin < n`` guard, ``lin``, the walking blocks' body
-    block, the walking block's number among them, ``threadIdx.x``); both bodies have their
-    terminators."""
+    its gathering blocks and ``walkers`` blocks that walk the overflow list, after them (or
+    before them: ``walkers_first``).  Returns (the gather's body block under the ``lin < n``
+    guard, ``lin``, the walking blocks' body block, the walking block's number among them,
+    ``threadIdx.x``); both bodies have their terminators."""
     from mlir import ir
     from mlir.dialects import scf
 
+    index = ir.IndexType.get()
     blocks = -(-n // _THREADS)
     with ir.InsertionPoint(op), op.location:
-        launch_body, end, lin = flat_launch(blocks + walkers, _THREADS)
+        launch_body, end, _ = flat_launch(blocks + walkers, _THREADS)
     with ir.InsertionPoint(end), op.location:
-        bid = launch_body.arguments[0]
-        gathering = scf.IfOp(compare("ult", bid, index_constant(blocks)), has_else=True)
-        with ir.InsertionPoint(gathering.then_block):
+        bid, tid = launch_body.arguments[0], launch_body.arguments[3]
+        # the first branch holds the blocks that come first (the SIMT interpreter runs an
+        # scf.if's branches in that order too)
+        split = index_constant(walkers if walkers_first else blocks)
+        first = scf.IfOp(compare("ult", bid, split), has_else=True)
+        gathering, walking = (first.else_block, first.then_block) if walkers_first \
+            else (first.then_block, first.else_block)
+        with ir.InsertionPoint(gathering):
+            own = ir.Operation.create("arith.subi", [index], [bid, split]).result \
+                if walkers_first else bid
+            lin = ir.Operation.create("arith.muli", [index], [own, index_constant(_THREADS)]).result
+            lin = ir.Operation.create("arith.addi", [index], [lin, tid]).result
             guard = scf.IfOp(compare("ult", lin, index_constant(n)))
             with ir.InsertionPoint(guard.then_block):
                 scf.YieldOp([])
             scf.YieldOp([])
-        with ir.InsertionPoint(gathering.else_block):
-            walking = ir.Operation.create("arith.subi", [ir.IndexType.get()],
-                                          [bid, index_constant(blocks)]).result
+        with ir.InsertionPoint(walking):
+            walker = bid if walkers_first else \
+                ir.Operation.create("arith.subi", [index], [bid, split]).result
             scf.YieldOp([])
-    return guard.then_block, lin, gathering.else_block, walking, launch_body.arguments[3]
+    return guard.then_block, lin, walking, walker, tid
+
+
+def _fence() -> None:
+    """``membar.gl``: this thread's earlier global writes are seen by the whole GPU before
+    its later ones."""
+    from mlir import ir
+
+    ir.Operation.create("nvvm.memory.barrier", [], [], attributes={
+        "scope": ir.Attribute.parse("#nvvm.mem_scope<gpu>")})
+
+
+def _zero_counts(added, t, pieces: int) -> None:
+    """Store 0 into row ``t``'s ``pieces`` counts of ``added`` (an i32 list, ``pieces``
+    a row)."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    i32 = ir.IntegerType.get_signless(32)
+    base = ir.Operation.create("arith.muli", [ir.IndexType.get()],
+                               [t, index_constant(pieces)]).result
+    loop = scf.ForOp(index_constant(0), index_constant(pieces), index_constant(1))
+    with ir.InsertionPoint(loop.body):
+        at = ir.Operation.create("arith.addi", [ir.IndexType.get()],
+                                 [base, loop.induction_variable]).result
+        ir.Operation.create("memref.store", [], [const(i32, 0), added, at])
+        scf.YieldOp([])
 
 
 def _zero_row(sc: Scatter, t, n_values: int) -> None:

@@ -172,23 +172,22 @@ def _sequential(out, tok, v, rows):
     return acc
 
 
-@pytest.mark.parametrize("walk_blocks", [True, False], ids=["walk-in-gather", "walk-launch"])
-def test_gather_form_sums_each_row_in_source_order(walk_blocks):
+@pytest.mark.parametrize("walk", ["last", "first", "launch"])
+def test_gather_form_sums_each_row_in_source_order(walk):
     """The default form (passes/one_hot_gather.py): three launches (zero counts, group,
-    gather — whose last blocks walk the overflow list; ``gather-walk-blocks=false``: the
-    walk a fourth launch); rows with at most SLOTS sources are
-    summed in ascending k — the same bits as a float32 loop in k order, whatever order the
-    grouping took — and a heavier row's sums arrive by atomics (float32 accuracy); targets
-    out of range add nothing; the output's initial values are added to.  A thread's
-    columns of a source row are read as one vector."""
+    gather — whose last blocks walk the overflow list; ``gather-walk=first``: its first
+    blocks; ``gather-walk=launch``: the walk a fourth launch); rows with at most SLOTS
+    sources are summed in ascending k — the same bits as a float32 loop in k order,
+    whatever order the grouping took — and a heavier row's sums arrive by atomics (float32
+    accuracy); targets out of range add nothing; the output's initial values are added
+    to.  A thread's columns of a source row are read as one vector."""
     from latch.passes.one_hot_gather import SLOTS
 
     sources, rows, cols = 60, 13, 48
-    m, ctx = run_pass(scatter_text(sources, rows, cols),
-                      "" if walk_blocks else "{gather-walk-blocks=false}")
+    m, ctx = run_pass(scatter_text(sources, rows, cols), f"{{gather-walk={walk}}}")
     text = str(m)
     host = text.split("gpu.module")[0]
-    assert host.count("gpu.launch ") == (3 if walk_blocks else 4)
+    assert host.count("gpu.launch ") == (4 if walk == "launch" else 3)
     assert "linalg.generic" not in host
     # a thread's four columns of a source row: one 16-byte load (one_hot_gather._lane_values)
     assert re.search(r"vector\.load %\w+\[%\w+, %\w+\] .*memref<60x48xf32>, vector<4xf32>",
@@ -215,17 +214,23 @@ def test_gather_form_sums_each_row_in_source_order(walk_blocks):
         assert torch.equal(again[light].view(torch.int32), want[light].view(torch.int32))
 
 
+@pytest.mark.parametrize("walk", ["last", "first", "launch"])
 @pytest.mark.parametrize("plus_zero", [False, True], ids=["truncf", "truncf-plus-zero"])
-def test_gather_writes_the_rounded_copy_of_the_rows_read(plus_zero):
+def test_gather_writes_the_rounded_copy_of_the_rows_read(plus_zero, walk):
     """A zero-filled output whose only reader rounds its leading rows to bf16 (and, as a
     gradient accumulated into zeros, adds 0.0): the fill and the rounding copy go, the
     gather writes the bf16 rows itself (heavy rows summed in f32 first — zeroed by the
-    grouping, added to by atomics — then rounded by a fourth launch), and sources aimed at
-    the rows nobody reads are skipped."""
+    grouping, added to by atomics — each piece of a row then rounded by whichever thread
+    added its last sum: three launches; the interpreter runs a launch's blocks in order, so
+    ``gather-walk=last`` has the walk's threads round, ``first`` the gather's), and sources
+    aimed at the rows nobody reads are skipped.  ``gather-walk=launch``: the walk, then a
+    launch rounding the heavy rows, after the gather."""
     sources, rows, cols, live = 40, 9, 32, 8
-    m, ctx = run_pass(rounded_scatter_text(sources, rows, cols, live, plus_zero))
+    m, ctx = run_pass(rounded_scatter_text(sources, rows, cols, live, plus_zero),
+                      f"{{gather-walk={walk}}}")
     host = str(m).split("gpu.module")[0]
-    assert "linalg.generic" not in host and host.count("gpu.launch ") == 4
+    assert "linalg.generic" not in host
+    assert host.count("gpu.launch ") == (5 if walk == "launch" else 3)
     g = torch.Generator().manual_seed(3)
     tok = torch.randint(0, rows + 1, (sources,), generator=g)
     tok[:9] = 2                                                      # a heavy row
