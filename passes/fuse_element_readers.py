@@ -93,11 +93,11 @@ class FuseElementReaders(ModulePass):
 
 
 def _stored_buffer(p1, p2):
-    """(P1's one store into the one buffer P2 touches of those P1 writes, the loads of P2
-    from that buffer's allocation) when ``P1`` and ``P2`` may fuse as far as the buffers
-    they share go (module docstring): nested ops allowed, the store covering a whole view,
-    ``P2`` writing nothing ``P1`` touches and touching nothing else ``P1`` writes; else
-    None."""
+    """(P1's one store into the one buffer P2 touches of those P1 writes, the buffer it
+    stores into, its indices, the loads of P2 from that buffer's allocation) when ``P1`` and
+    ``P2`` may fuse as far as the buffers they share go (module docstring): nested ops
+    allowed, the store covering a whole view, ``P2`` writing nothing ``P1`` touches and
+    touching nothing else ``P1`` writes; else None."""
     from mlir import ir
 
     if p2.name != "scf.parallel" or len(p1.results) or len(p2.results):
@@ -136,7 +136,7 @@ def _stored_buffer(p1, p2):
                 return None
     if not loads or len({str(o.operands[0].type) for o in loads}) != 1:
         return None
-    return store, loads
+    return store, buf, where, loads
 
 
 def _fuse(p1, p2, between) -> bool:
@@ -145,9 +145,8 @@ def _fuse(p1, p2, between) -> bool:
     found = _stored_buffer(p1, p2)
     if found is None:
         return False
-    store, loads = found
+    store, buf, where, loads = found
     body1, body2 = p1.regions[0].blocks[0], p2.regions[0].blocks[0]
-    buf, where = store.operands[1], list(store.operands[2:])
     ivs2 = list(body2.arguments)
     for o in loads:
         v = o.operands[0]
@@ -191,9 +190,8 @@ def _fuse_rows(p1, p2, between) -> bool:
     found = _stored_buffer(p1, p2)
     if found is None:
         return False
-    store, loads = found
+    _, buf, where, loads = found
     body1, body2 = p1.regions[0].blocks[0], p2.regions[0].blocks[0]
-    buf, where = store.operands[1], list(store.operands[2:])
     ivs1, ivs2 = list(body1.arguments), list(body2.arguments)
     shape = list(ir.MemRefType(buf.type).shape)
     m = len(ivs2)

@@ -384,6 +384,13 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
                 scf.YieldOp([])
             scf.YieldOp([])
 
+    def piece_column(piece, w):
+        """The row's column ``w`` of column piece ``piece`` (``width`` columns a piece)."""
+        column = ir.Operation.create("arith.muli", [index],
+                                     [piece, index_constant(width)]).result
+        return column if not w else ir.Operation.create(
+            "arith.addi", [index], [column, index_constant(w)]).result
+
     def finish_piece(row, piece, n):
         """After a heavy row's sums into column piece ``piece`` (``width`` columns) of row
         ``row`` (``n`` sources): count them (``membar.gl`` first); the adder of the last
@@ -401,11 +408,7 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
             minus_zero = ir.Operation.create("arith.constant", [f32], attributes={
                 "value": ir.FloatAttr.get(f32, -0.0)}).result
             for w in range(width):
-                column = ir.Operation.create("arith.muli", [index],
-                                             [piece, index_constant(width)]).result
-                if w:
-                    column = ir.Operation.create("arith.addi", [index],
-                                                 [column, index_constant(w)]).result
+                column = piece_column(piece, w)
                 dims = [index_constant(0) for _ in con.sizes]
                 delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
                 delinearize(row, sc.row_dims[::-1], con.sizes, dims)
@@ -578,12 +581,7 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         n = ir.Operation.create("memref.load", [i32], [counts, t]).result
         delinearize(t, sc.row_dims[::-1], con.sizes, dims)
         for w in range(width):
-            column = ir.Operation.create("arith.muli", [index],
-                                         [piece, index_constant(width)]).result
-            if w:
-                column = ir.Operation.create("arith.addi", [index],
-                                             [column, index_constant(w)]).result
-            delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
+            delinearize(piece_column(piece, w), _value_dims(sc)[::-1], con.sizes, dims)
             v = _value(sc, dims)
             ir.Operation.create("memref.atomic_rmw", [f32],
                                 [v, con.c] + [dims[d] for _, d in con.maps[-1]],
