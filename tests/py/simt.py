@@ -37,9 +37,29 @@ it), ``nvgpu.mma.sync`` / ``nvvm.mma.sync`` m16n8k16 bf16/f16 (row.col) with f32
 accumulators, in the documented fragment layouts, computed in float64 and rounded to f32."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
+
+
+@contextlib.contextmanager
+def formed(text: str, pipeline: str):
+    """The module parsed from ``text`` after the pass pipeline ``pipeline`` (e.g.
+    ``"builtin.module(latch-wrap-host-compute)"``), in a fresh context with Latch's dialect,
+    entered (with an unknown location) for the ``with`` block: the tests' way to form the
+    kernels they then run with :class:`Simt`."""
+    from mlir import ir
+
+    import latch.dialect
+    from latch.pipeline import run_pipeline
+
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        run_pipeline(m, pipeline)
+        yield m
 
 
 class Race(AssertionError):

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from simt import Simt
+from simt import Simt, formed
 
 # latch-form-kernels as the cuda target runs it (sm_90a, zero fills forwarded, vector lanes)
 # up to its kernels, without the lowering to cf the interpreter skips
@@ -44,11 +44,9 @@ def _update(model, x, y, attention, dump, monkeypatch, precision="bf16", form=FO
     """(parameters after one SGD(1.0) update, loss, launch count, module text, report)
     interpreted: compiled for cuda (``precision``, ``attention`` and other compile
     ``options``), the module latch-form-kernels receives formed by ``form``."""
-    from mlir import ir
 
     import latch
     import latch.dialect
-    from latch.pipeline import run_pipeline
 
     monkeypatch.setenv("LATCH_DUMP_DIR", str(dump))
     monkeypatch.setenv("LATCH_CACHE", "0")
@@ -56,11 +54,7 @@ def _update(model, x, y, attention, dump, monkeypatch, precision="bf16", form=FO
                          precision=precision, attention=attention, **options)
     launches = len(prog.manifest["launches"])
     assert ("attention: fused flash-style kernels" in prog.report()) == (attention == "fused")
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse((dump / "cuda-latch-form-kernels.mlir").read_text())
-        run_pipeline(m, form)
+    with formed((dump / "cuda-latch-form-kernels.mlir").read_text(), form) as m:
         text = str(m)
         params = [p.detach().double().numpy().copy() for p in model.parameters()]
         inputs = [t.numpy() if not t.is_floating_point() else t.double().numpy()

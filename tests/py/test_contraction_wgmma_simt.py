@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from simt import Race, Simt
+from simt import Race, Simt, formed
 from test_contraction_simt import (_launches, _missing_barrier_inputs, check,
                                    contraction_text, run_pass)
 
@@ -351,20 +351,14 @@ def test_bench_gemm_with_bf16_output_is_one_wgmma_kernel():
     import torch
     from pathlib import Path
 
-    from mlir import ir
-
-    import latch.dialect
     from latch.pipeline import run_pipeline
     from test_contraction_simt import _bf16
 
     sys.path.insert(0, str(Path(ROOT) / "bench"))
     from gemm_shapes import mlir_text
 
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(mlir_text(None, 136, 128, 200, "nt", out="bf16"))
-        run_pipeline(m, "builtin.module(inline, latch-bufferize)")
+    with formed(mlir_text(None, 136, 128, 200, "nt", out="bf16"),
+                "builtin.module(inline, latch-bufferize)") as m:
         run_pipeline(m, "builtin.module(latch-wrap-host-compute, latch-forward-zero-fills, "
                         "latch-form-contraction-kernels{chip=sm_90a})")
         text = str(m)

@@ -93,12 +93,10 @@ def test_accumulating_variant_sums_gradients_in_the_products_epilogues(tmp_path,
     loss come out the same bits as with the readers in launches of their own."""
     import numpy as np
     import torch
-    from mlir import ir
 
     import latch
     import latch.dialect
-    from latch.pipeline import run_pipeline
-    from simt import Simt
+    from simt import Simt, formed
     from test_attention_fused_program import _states
     from test_swiglu_program_simt import SwiGLU
 
@@ -115,13 +113,9 @@ def test_accumulating_variant_sums_gradients_in_the_products_epilogues(tmp_path,
     text = (tmp_path / "cuda-latch-form-kernels.mlir").read_text()
     results, launches = {}, {}
     for on in (True, False):
-        ctx = ir.Context()
-        latch.dialect.load(ctx)
-        with ctx, ir.Location.unknown():
-            m = ir.Module.parse(text)
-            run_pipeline(m, _form_readers(on))
-            formed = str(m)
-            launches[on] = [_launches(f) for f in formed.split("func.func @")[1:]
+        with formed(text, _form_readers(on)) as m:
+            kernels = str(m)
+            launches[on] = [_launches(f) for f in kernels.split("func.func @")[1:]
                             if f.startswith(tuple(entries))]
             states = _states(model, prog.manifest)
             outs = []

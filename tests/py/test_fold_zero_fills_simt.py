@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simt import Simt
+from simt import Simt, formed
 
 
 def zero_filled_counts(t: int, k: int, e: int) -> str:
@@ -86,16 +86,7 @@ def form_and_run(text: str, passes: str, args: list) -> tuple[int, list]:
     """Form the kernels of ``text`` (with ``passes``, e.g. ``"latch-fold-zero-fills, "``,
     after latch-register-accumulators) and run them in the SIMT interpreter on ``args``:
     (launches, the arguments after the run)."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, FORM.format(PASSES=passes))
+    with formed(text, FORM.format(PASSES=passes)) as m:
         sim = Simt(m)
         sim.run(args)
         return str(m).count("gpu.launch "), [np.asarray(a) for a in sim.arguments]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from simt import Simt
+from simt import Simt, formed
 
 TEXT = """
 #ng_in = affine_map<(d0, d1) -> (d0, d1)>
@@ -35,16 +35,8 @@ func.func @main(%x: memref<TOKxFEATxf32>, %g: memref<TOKxFEATxf32>,
 
 
 def _run(tokens: int, features: int, options: str = ""):
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(TEXT.replace("TOK", str(tokens)).replace("FEAT", str(features)))
-        run_pipeline(m, f"builtin.module(latch-wrap-host-compute{options})")
+    with formed(TEXT.replace("TOK", str(tokens)).replace("FEAT", str(features)),
+                f"builtin.module(latch-wrap-host-compute{options})") as m:
         text = str(m)
         g = torch.Generator().manual_seed(4)
         x = torch.randn(tokens, features, generator=g, dtype=torch.float64).float()
@@ -145,11 +137,6 @@ def test_one_hot_sum_collapses_to_its_term(key):
     """passes/one_hot_reductions.py: the [outputs x vocabulary] sum of one-hot terms is one
     thread per output evaluating the term at k = t(o) (no loop over the vocabulary), equal
     to the dense sum; targets out of range add nothing."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
     n, vocab = 300, 97
     text = GATHER.replace("#affine_map<(d0, d1) -> (d0, d1)>", "affine_map<(d0, d1) -> (d0, d1)>")
     text = text.replace("OUT", str(n)).replace("VOCAB", str(vocab))
@@ -159,11 +146,7 @@ def test_one_hot_sum_collapses_to_its_term(key):
         text = text.replace("%hit = arith.cmpi eq, %tt, KEY : i64",
                             "%k = linalg.index 1 : index\n    %ki = arith.index_cast %k : "
                             "index to i64\n    %hit = arith.cmpi eq, %tt, %ki : i64")
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+    with formed(text, "builtin.module(latch-wrap-host-compute)") as m:
         host = str(m)
         assert "scf.for" not in host and "linalg.generic" not in host.split("gpu.launch", 2)[-1]
         assert re.search(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c2(?:_\d+)?, ", host)
@@ -222,11 +205,6 @@ def test_row_max_and_sum_of_exponentials_in_one_pass(layout):
     rounding); a row of -inf gives max -inf and sum 0, as the two passes do.  Rows stored
     contiguously are read 8 elements (16 bytes) a load; a view whose rows start 4 elements
     past a 16-byte boundary (``misaligned``) one element a load."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
     rows, cols = 3, 4096
     text = SOFTMAX.replace("ROWS", str(rows)).replace("COLS", str(cols))
     if layout == "misaligned":      # the rows of a [rows, cols + 8] array from column 4 on
@@ -237,11 +215,7 @@ def test_row_max_and_sum_of_exponentials_in_one_pass(layout):
         text = text.replace(
             "  %ninf =", f"  %x = memref.subview %xa[0, 4] [{rows}, {cols}] [1, 1] : "
             f"memref<{rows}x{cols + 8}xbf16> to {view}\n  %ninf =", 1)
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+    with formed(text, "builtin.module(latch-wrap-host-compute)") as m:
         host = str(m).split("gpu.module")[0]
         assert host.count("gpu.all_reduce") == 2 and "math.exp" in host
         assert ("vector<8xbf16>" in host) == (layout == "rows")
@@ -293,19 +267,13 @@ def test_short_rows_take_groups_of_lanes(n, lanes):
     (row_reductions.short_row_lanes); their shuffles stay inside the group.  A row the
     group walks in whole chunks of 16 bytes (64 bf16 for 8 lanes) is read a chunk a load
     (row_reductions._row_chunk).  Compared with float64 sums of the same bf16 products."""
-    from mlir import ir
 
-    import latch.dialect
     from latch.passes.row_reductions import short_row_lanes
-    from latch.pipeline import run_pipeline
 
     assert short_row_lanes(n) == lanes
     rows = 37                                    # the last block's extra groups idle
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(ROWS_TEXT.replace("ROWS", str(rows)).replace("xNx", f"x{n}x"))
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+    with formed(ROWS_TEXT.replace("ROWS", str(rows)).replace("xNx", f"x{n}x"),
+                "builtin.module(latch-wrap-host-compute)") as m:
         host = str(m).split("gpu.module")[0]
         assert re.search(rf"threads\(.*\) in \(%\w+ = %c{lanes}, %\w+ = %c{256 // lanes},", host)
         # rows the group walks in whole chunks of 8 bf16 read them 16 bytes a load
@@ -329,11 +297,6 @@ def test_few_long_rows_unroll_deeper(rows, n, deep):
     (16 chunks of 16 bytes in flight a thread) — not when its threads walk fewer chunks
     than that (8,192: 4 a thread) or when the launch fills the GPU (200 rows).  The same
     elements in the same order: bitwise the totals of the default."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
     text = ROWS_TEXT.replace("ROWS", str(rows)).replace("xNx", f"x{n}x")
     g = torch.Generator().manual_seed(11)
     x = torch.randn(rows, n, generator=g).bfloat16()
@@ -341,11 +304,8 @@ def test_few_long_rows_unroll_deeper(rows, n, deep):
     o = torch.randn(rows, generator=g)
     got, steps = {}, {}
     for unroll in (0, 16):
-        ctx = ir.Context()
-        latch.dialect.load(ctx)
-        with ctx, ir.Location.unknown():
-            m = ir.Module.parse(text)
-            run_pipeline(m, f"builtin.module(latch-wrap-host-compute{{few-rows-unroll={unroll}}})")
+        with formed(text,
+                    f"builtin.module(latch-wrap-host-compute{{few-rows-unroll={unroll}}})") as m:
             host = str(m).split("gpu.module")[0]
             assert re.search(r"threads\(.*\) in \(%\w+ = %c256, %\w+ = %c1\w*,", host)
             steps[unroll] = host.count("vector.load %arg0")   # chunks a loop trip reads
@@ -403,16 +363,7 @@ func.func @main(%x: memref<64x768xf32>, %y: memref<64xf32>, %sums: memref<64xf32
 
 
 def test_row_reduction_finished_by_its_warp():
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(RMS)
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+    with formed(RMS, "builtin.module(latch-wrap-host-compute)") as m:
         host = str(m)
         x = np.random.default_rng(0).standard_normal((64, 768)).astype(np.float32)
         sim = Simt(m)
@@ -487,19 +438,10 @@ def _with_and_without(text: str, option: str, args: list) -> tuple[dict, dict]:
     """Run ``text`` through latch-wrap-host-compute with ``option`` true and false and
     then in the SIMT interpreter on ``args``: ({flag: host IR}, {flag: the arguments
     after the run})."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
     hosts, outs = {}, {}
     for on in (True, False):
-        ctx = ir.Context()
-        latch.dialect.load(ctx)
-        with ctx, ir.Location.unknown():
-            m = ir.Module.parse(text)
-            run_pipeline(m, "builtin.module(latch-wrap-host-compute{%s=%s})"
-                         % (option, str(on).lower()))
+        with formed(text, "builtin.module(latch-wrap-host-compute{%s=%s})"
+                    % (option, str(on).lower())) as m:
             hosts[on] = str(m)
             sim = Simt(m)
             sim.run([np.copy(a) for a in args])
@@ -865,21 +807,12 @@ def test_full_sum_reads_chunks(rows, cols, transposed):
     last loop walks the input's contiguous last dimension; a transposed read keeps one
     element a load.  Either way the sum is float64's to float32 rounding, in a fixed order
     (two runs give the same bits)."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
     shape = (cols, rows) if transposed else (rows, cols)
     text = SUM_OF_SQUARES.replace("SHAPE", f"{shape[0]}x{shape[1]}").replace(
         "MAP", "d1, d0" if transposed else "d0, d1")
     g = torch.Generator().manual_seed(3)
     x = torch.randn(*shape, generator=g, dtype=torch.float64).bfloat16()
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute)")
+    with formed(text, "builtin.module(latch-wrap-host-compute)") as m:
         host = str(m)
         assert "gpu.all_reduce" in host and "linalg.generic" not in host
         assert ("vector<8xbf16>" in host) == (not transposed and cols % 8 == 0)
@@ -905,7 +838,6 @@ def test_full_sum_finished_by_its_last_block(last_block):
     partials as a race."""
     from mlir import ir
 
-    import latch.dialect
     from latch.pipeline import run_pipeline
     from simt import Race
 
@@ -913,12 +845,8 @@ def test_full_sum_finished_by_its_last_block(last_block):
     g = torch.Generator().manual_seed(5)
     x = torch.randn(64, 1024, generator=g, dtype=torch.float64).bfloat16()
     want = float((x.double() ** 2).sum())
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute{"
-                     f"last-block-sums={str(last_block).lower()}}})")
+    with formed(text, "builtin.module(latch-wrap-host-compute{"
+                f"last-block-sums={str(last_block).lower()}}})") as m:
         host = str(m)
         assert host.count("gpu.launch blocks") == (1 if last_block else 2)
         assert host.count("nvvm.memory.barrier") == (2 if last_block else 0)
@@ -985,19 +913,10 @@ def test_softmax_reader_in_the_sums_launch(cols, held_chunks, staged_rows, held)
     of up to ``staged-rows`` bytes, each thread reading back its own chunks — the default;
     else read again), the gradient stored 8 bf16 a store; max and sum as the two-pass
     form's, the gradient as float64's rounded to bf16 (one bf16 ulp)."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
     rows = 3
     text = SOFTMAX_GRAD.replace("ROWS", str(rows)).replace("COLS", str(cols))
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, "builtin.module(latch-wrap-host-compute{"
-                     f"held-chunks={held_chunks} staged-rows={staged_rows}}})")
+    with formed(text, "builtin.module(latch-wrap-host-compute{"
+                f"held-chunks={held_chunks} staged-rows={staged_rows}}})") as m:
         host = str(m).split("gpu.module")[0]
         launches = re.findall(r"gpu.launch blocks\(.*?\) in \(%\w+ = %c(\d+)", host)
         assert launches == [str(rows)]                 # one launch: sums and gradient
@@ -1041,23 +960,15 @@ def test_class_sums_one_thread_per_row_of_classes(on):
     becomes one thread per (b, t) with the 8 classes' accumulators — 128 threads, not 1,024
     — each term's L and x loaded once; integer sums, so exactly the count.  Off: the sum
     is left to the loops (one thread per output)."""
-    from mlir import ir
     from test_split_integer_sums import TEXT   # the routing rank's sum: [8, 16, 8] outputs
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
 
     rng = np.random.default_rng(4)
     L = np.tril(np.ones((16, 16), np.int64))[:8] * rng.integers(1, 4, (8, 16))
     x = rng.integers(0, 9, (16, 16)).astype(np.int64)      # 8: a class no s names
     s = np.arange(8, dtype=np.int64)[::-1].copy()
     o = rng.integers(-5, 5, (8, 16, 8)).astype(np.int64)
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(TEXT.replace("TY", "i64").replace("COMBINE", "arith.addi")
-                            .replace("J", "16"))
-        run_pipeline(m, f"builtin.module(latch-wrap-host-compute{{class-sums={str(on).lower()}}})")
+    with formed(TEXT.replace("TY", "i64").replace("COMBINE", "arith.addi").replace("J", "16"),
+                f"builtin.module(latch-wrap-host-compute{{class-sums={str(on).lower()}}})") as m:
         host = str(m).split("gpu.module")[0]
         assert ("linalg.generic" not in host) == on
         if not on:

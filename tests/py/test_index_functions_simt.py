@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simt import Simt
+from simt import Simt, formed
 
 # out[b, t, e] += sum_k L[b, k] * [x[t, k] == s[e]], L[b, k] = (b >= k) built from aranges
 # (the shape of TinyMoE's routing rank: blocks of B tokens, T blocks, E experts)
@@ -63,17 +63,8 @@ FORM = ("builtin.module(latch-wrap-host-compute, latch-forward-zero-fills, "
 def _form_kernels(without_pass: bool):
     """The kernels (``gpu.launch``, not outlined: what the interpreter runs) as
     latch-form-kernels makes them, with or without the pass; (IR text, output, numpy's)."""
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(TEXT)
-        run_pipeline(m, FORM.format(
-            PASS="" if without_pass else "latch-recompute-index-functions, "))
+    with formed(TEXT, FORM.format(
+            PASS="" if without_pass else "latch-recompute-index-functions, ")) as m:
         text = str(m)
         rng = np.random.default_rng(3)
         x = rng.integers(0, E, size=(T, B)).astype(np.int64)

@@ -12,25 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simt import Simt
+from simt import Simt, formed
 
 
 def run_mapped(text: str, args, per_thread: int, vector: bool = False, narrow: bool = True,
                whole_stores: bool = True):
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, "builtin.module(latch-map-parallel-loops{"
+    with formed(text, "builtin.module(latch-map-parallel-loops{"
                         f"per-thread={per_thread} min-blocks=1 vector={str(vector).lower()} "
                         f"narrow-lanes={str(narrow).lower()} "
                         f"whole-stores={str(whole_stores).lower()}}}"
-                        ",canonicalize,cse)")
+                        ",canonicalize,cse)") as m:
         kernel = str(m)
         assert "scf.parallel" not in kernel and "gpu.launch" in kernel
         if args is None:           # a loop whose iterations race: only its form is looked at

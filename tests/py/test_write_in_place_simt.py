@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from simt import Simt
+from simt import Simt, formed
 
 LIT = __file__.rsplit("/py/", 1)[0] + "/lit/passes/latch-write-in-place.mlir"
 
@@ -30,16 +30,7 @@ def _case(name: str) -> str:
 
 
 def _run(text: str, args: list, in_place: bool):
-    from mlir import ir
-
-    import latch.dialect
-    from latch.pipeline import run_pipeline
-
-    ctx = ir.Context()
-    latch.dialect.load(ctx)
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        run_pipeline(m, FORM.replace("{PASS}", "latch-write-in-place, " if in_place else ""))
+    with formed(text, FORM.replace("{PASS}", "latch-write-in-place, " if in_place else "")) as m:
         host = str(m).split("gpu.module")[0]
         outs = Simt(m).run([a.numpy() for a in args])
     return host, [torch.from_numpy(np.asarray(o, np.float64)) for o in outs]
