@@ -129,6 +129,47 @@ def critical_path(launches, ms) -> list:
     return path[::-1]
 
 
+def profiled_medians(profile: dict, old: list, old_sigs: dict):
+    """({:func:`_key`: median ms}, {:func:`_loosen`-ed key: median ms}) of the launches of
+    the profiled artifact ``old`` (kernel signatures ``old_sigs``) timed in ``profile``."""
+    times = collections.defaultdict(list)
+    for launch, timed in zip(old, profile["launches"]):
+        times[_key(old_sigs.get(launch["module"], []), launch)].append(timed["ms"])
+    loose = collections.defaultdict(list)
+    for k, v in times.items():
+        loose[_loosen(k)] += v
+    return ({k: statistics.median(v) for k, v in times.items()},
+            {k: statistics.median(v) for k, v in loose.items()})
+
+
+def launch_times(new: list, sigs: dict, medians: dict, loose_medians: dict, small: float):
+    """(each launch's ms, how many matched loosely, how many not at all, the contraction
+    and attention modules among those) for the launches ``new`` (kernel signatures
+    ``sigs``), by the rules of the module docstring (``small`` us for a small unmatched
+    grid)."""
+    ms, loosely, unmatched, blind = [], 0, 0, []
+    for launch in new:
+        sig = sigs.get(launch["module"], [])
+        k = _key(sig, launch)
+        if k in medians:
+            ms.append(medians[k])
+            continue
+        if _loosen(k) in loose_medians:
+            ms.append(loose_medians[_loosen(k)])
+            loosely += 1
+            continue
+        unmatched += 1
+        blocks = launch["grid"][0] * launch["grid"][1] * launch["grid"][2]
+        if launch["module"].startswith(("latch_contract", "latch_attention")):
+            blind.append(launch["module"])
+            ms.append(0.0)
+        elif blocks <= 64:
+            ms.append(small / 1e3)
+        else:
+            ms.append(0.003 + sum(b for _, b, _ in sig) / 3.0e9)
+    return ms, loosely, unmatched, blind
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--profile", required=True)
@@ -147,14 +188,7 @@ def main(argv=None) -> None:
     old_sigs = kernel_signatures(args.profile_kernels)
     if len(old) != len(prof["launches"]):
         raise SystemExit("the profile is not of --profile-artifact (launch counts differ)")
-    times = collections.defaultdict(list)
-    for launch, timed in zip(old, prof["launches"]):
-        times[_key(old_sigs.get(launch["module"], []), launch)].append(timed["ms"])
-    medians = {k: statistics.median(v) for k, v in times.items()}
-    loose = collections.defaultdict(list)
-    for k, v in times.items():
-        loose[_loosen(k)] += v
-    loose_medians = {k: statistics.median(v) for k, v in loose.items()}
+    medians, loose_medians = profiled_medians(prof, old, old_sigs)
     print(f"profile's own launches re-timed: critical path "
           f"{longest(old, [medians[_key(old_sigs.get(la['module'], []), la)] for la in old]):.2f} ms "
           f"(the profile says {prof.get('critical_path_ms', float('nan')):.2f})")
@@ -162,26 +196,7 @@ def main(argv=None) -> None:
     new = _launches(args.artifact)
     sigs = kernel_signatures(args.kernels)
     for n, small in enumerate(float(x) for x in args.new_small_us.split(",")):
-        ms, unmatched, blind, loosely = [], 0, [], 0
-        for launch in new:
-            sig = sigs.get(launch["module"], [])
-            k = _key(sig, launch)
-            if k in medians:
-                ms.append(medians[k])
-                continue
-            if _loosen(k) in loose_medians:
-                ms.append(loose_medians[_loosen(k)])
-                loosely += 1
-                continue
-            unmatched += 1
-            blocks = launch["grid"][0] * launch["grid"][1] * launch["grid"][2]
-            if launch["module"].startswith(("latch_contract", "latch_attention")):
-                blind.append(launch["module"])
-                ms.append(0.0)
-            elif blocks <= 64:
-                ms.append(small / 1e3)
-            else:
-                ms.append(0.003 + sum(b for _, b, _ in sig) / 3.0e9)
+        ms, loosely, unmatched, blind = launch_times(new, sigs, medians, loose_medians, small)
         print(f"{args.artifact}: {len(new)} launches, {loosely} matched by argument types "
               f"alone, {unmatched} estimated "
               f"(small ones at {small:g} us): critical path {longest(new, ms):.2f} ms, "

@@ -9,18 +9,19 @@
 
 A compiler step that fuses launches into others changes kernels, and
 ``bench/estimate_critical_path.py`` can only guess the time of a kernel no profile has
-seen.  This script instead takes the artifact *before* the step (``--artifact``), times its
-launches as that script does (``--new-small-us`` for the unmatched), and applies the step
-as it changes the launch graph: the launches it removes take no time (their dependencies
-still hold), and the launch that takes over their work gets a stated extra time.  Rules:
+seen.  This script instead takes the artifact *before* the step (``--artifact``), times
+its launches with that script's rules (``--new-small-us`` for small unmatched ones), and
+applies the step as it changes the launch graph: the launches it removes take no time
+(their dependencies still hold), and the launch that takes over their work gets a stated
+extra time.  Rules:
 
 * ``--remove-args T1,T2,...``: remove each launch whose kernel's memref argument types are
   exactly these (in any order); the first later launch that depends on it gets
   ``--reader-us`` more (a reader that now does the removed kernel's work first).
-* ``--remove-grid N``: remove each launch of a ``[N, 1, 1]`` grid that follows (depends on)
-  a launch of a larger grid; the latest such launch it depends on gets ``--writer-us`` more
-  per removed launch that named it as its ``--writer-us`` target, once (the one-hot gathers'
-  overflow walks and heavy-row roundings, now blocks of the gather's launch).
+* ``--remove-grid N``: remove each launch of a ``[N, 1, 1]`` grid that depends on a launch
+  of a larger grid; the latest such launch gets ``--writer-us`` more, once however many
+  removed launches follow it (the one-hot gathers' overflow walks and heavy-row roundings,
+  now blocks of the gather's launch).
 
 It prints the critical path and the summed launch time before and after, for each
 ``--new-small-us``.  A prediction from a model (each launch's time alone, the longest
@@ -30,37 +31,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import statistics
 
-from estimate_critical_path import _key, _launches, _loosen, kernel_signatures, longest
-
-
-def launch_times(profile: dict, old: list, old_sigs: dict, new: list, sigs: dict,
-                 small: float) -> list:
-    """Each launch of ``new``: the profiled median of its match in ``old`` (exact key,
-    else loose), else ``small`` seconds for a grid of at most 64 blocks or its argument
-    bytes at 3 TB/s plus 3 us."""
-    times = collections.defaultdict(list)
-    for launch, timed in zip(old, profile["launches"]):
-        times[_key(old_sigs.get(launch["module"], []), launch)].append(timed["ms"])
-    exact = {k: statistics.median(v) for k, v in times.items()}
-    loose_lists = collections.defaultdict(list)
-    for k, v in times.items():
-        loose_lists[_loosen(k)] += v
-    loose = {k: statistics.median(v) for k, v in loose_lists.items()}
-    ms = []
-    for launch in new:
-        sig = sigs.get(launch["module"], [])
-        k = _key(sig, launch)
-        if k in exact:
-            ms.append(exact[k])
-        elif _loosen(k) in loose:
-            ms.append(loose[_loosen(k)])
-        elif launch["grid"][0] * launch["grid"][1] * launch["grid"][2] <= 64:
-            ms.append(small / 1e3)
-        else:
-            ms.append(0.003 + sum(b for _, b, _ in sig) / 3.0e9)
-    return ms
+from estimate_critical_path import (_launches, kernel_signatures, launch_times, longest,
+                                    profiled_medians)
 
 
 def apply_rules(new: list, sigs: dict, ms: list, remove_args, reader_us: float,
@@ -115,8 +88,11 @@ def main(argv=None) -> None:
     sigs = kernel_signatures(args.kernels)
     remove_args = sorted(t for t in args.remove_args.split(",") if t) if args.remove_args \
         else None
+    medians, loose_medians = profiled_medians(profile, old, old_sigs)
     for small in (float(x) for x in args.new_small_us.split(",")):
-        ms = launch_times(profile, old, old_sigs, new, sigs, small)
+        ms, _, _, blind = launch_times(new, sigs, medians, loose_medians, small)
+        if blind:
+            print(f"{len(blind)} contraction/attention launches unmatched (counted 0)")
         after, removed = apply_rules(new, sigs, ms, remove_args, args.reader_us,
                                      args.remove_grid, args.writer_us)
         print(f"{args.artifact} (unmatched small launches at {small:g} us): critical path "

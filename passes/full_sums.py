@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from latch.passes.base import operation as _op
 from latch.passes.generic_body import (accumulation, clone_body_ops, compare, delinearize,
-                                       index_constant, load_inputs, loop_ranges)
+                                       gpu_fence, index_constant, load_inputs, loop_ranges)
 from latch.passes.vector_lanes import chunk_width, lane_of, load_chunk, read_along
 
 
@@ -141,14 +141,10 @@ def _last_block_sum(tx, counter, scratch, blocks: int, threads: int, out, ftype)
         return ir.Operation.create("arith.constant", [i32],
                                    attributes={"value": ir.IntegerAttr.get(i32, v)}).result
 
-    def fence():
-        ir.Operation.create("nvvm.memory.barrier", [], [], attributes={
-            "scope": ir.Attribute.parse("#nvvm.mem_scope<gpu>")})
-
     c0 = index_constant(0)
     first = scf.IfOp(compare("eq", tx, c0), [i32], has_else=True)
     with ir.InsertionPoint(first.then_block):
-        fence()
+        gpu_fence()
         ticket = ir.Operation.create(
             "memref.atomic_rmw", [i32], [i32c(1), counter, c0],
             attributes={"kind": _kind("addi")}).result
@@ -161,7 +157,7 @@ def _last_block_sum(tx, counter, scratch, blocks: int, threads: int, out, ftype)
                     "uniform": ir.UnitAttr.get()}, regions=1).result
     finish = scf.IfOp(compare("eq", ticket, i32c(blocks - 1)))
     with ir.InsertionPoint(finish.then_block):
-        fence()          # the partials summed exactly as the second, one-block launch would
+        gpu_fence()      # the partials summed exactly as the second, one-block launch would
         total = _strided_total(None, None, None, [blocks], [scratch], blocks, 1, threads, 1,
                                None, tx)
         store = scf.IfOp(compare("eq", tx, c0))

@@ -182,6 +182,15 @@ def compare(predicate: str, a, b):
                                                     _PREDICATES[predicate])}).result
 
 
+def gpu_fence() -> None:
+    """``membar.gl`` (``nvvm.memory.barrier`` at gpu scope) at the current insertion point:
+    the thread's earlier global writes are seen by the whole GPU before its later ones."""
+    from mlir import ir
+
+    ir.Operation.create("nvvm.memory.barrier", [], [], attributes={
+        "scope": ir.Attribute.parse("#nvvm.mem_scope<gpu>")})
+
+
 def flat_launch(blocks: int, threads: int, span: int | None = None):
     """A 1-D ``gpu.launch`` of ``blocks`` x ``threads`` at the current insertion point, with
     its terminator; returns (its body block, the terminator, the thread's first iteration

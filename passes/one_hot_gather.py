@@ -63,8 +63,8 @@ from latch.passes.buffer_views import (arena_span, defined_by_views, held_users,
                                        slots_overlap)
 from latch.passes.fixed_point_scatter import _int as const, _kind
 from latch.passes.generic_body import (apply_body, compare, delinearize, flat_launch,
-                                       guarded_launch, index_constant, indexing_maps,
-                                       pure_function_of_input, segments)
+                                       gpu_fence, guarded_launch, index_constant,
+                                       indexing_maps, pure_function_of_input, segments)
 from latch.passes.one_hot_scatter import Scatter, _target, _value, in_range
 
 SLOTS = 4            # sources a row takes in the table (summed in k order)
@@ -172,7 +172,7 @@ def rounded_copy(sc: Scatter):
     if not defined_by_views(out, ops[at + 1:]):
         return None
     prefix = _leading_elements(view, c)
-    n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
+    n_values = _n_values(sc)
     out_t = ir.MemRefType(out.type)
     if prefix is None or prefix % n_values or not out_t.has_static_shape or \
             math.prod(out_t.shape) != prefix or not identity_layout(out_t):
@@ -303,7 +303,6 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
     (:func:`_lane_values`); ``reader``: an :func:`additive_reader` whose term the threads
     add before they store (the caller erases it); ``walk``: one of :data:`WALKS`, where
     the overflow walk runs."""
-    walk_blocks = walk != "launch"
     from mlir import ir
     from mlir.dialects import scf
 
@@ -313,8 +312,9 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
     i32 = ir.IntegerType.get_signless(32)
     f32 = ir.F32Type.get()
     rows = _rows(sc)
-    live = rows if copy is None else copy[2] // math.prod(con.sizes[d] for d in _value_dims(sc))
+    live = _live_rows(sc, copy)
     k_total = _sources(sc)
+    walk_blocks = walk != "launch"
     if copy is not None:
         hoist_definition(copy[1], op)       # the copy's buffer, written by the launches
     counts_at, table_at = 0, 4 * (rows + 2)
@@ -344,7 +344,7 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         delinearize(k_lin, con.groups["k"][::-1], con.sizes, dims)
         return dims
 
-    n_values = math.prod(con.sizes[d] for d in _value_dims(sc))
+    n_values = _n_values(sc)
 
     # 1. zero the counts
     body, lin = guarded_launch(op, rows + 2, _THREADS)
@@ -397,28 +397,22 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
         of its ``1 + n - SLOTS`` sums (the gather thread's, the overflow sources')
         reads the piece (``membar.gl``, then atomic adds of -0.0: values at L2, any stale
         L1 line aside) and stores it rounded into the copy."""
-        _fence()
+        gpu_fence()
         at = ir.Operation.create("arith.muli", [index], [row, index_constant(pieces)]).result
         at = ir.Operation.create("arith.addi", [index], [at, piece]).result
         before = atomic_add_i32(added, at)
         others = ir.Operation.create("arith.subi", [i32], [n, const(i32, SLOTS)]).result
         last = scf.IfOp(compare("eq", before, others))
         with ir.InsertionPoint(last.then_block):
-            _fence()
+            gpu_fence()
             minus_zero = ir.Operation.create("arith.constant", [f32], attributes={
                 "value": ir.FloatAttr.get(f32, -0.0)}).result
             for w in range(width):
                 column = piece_column(piece, w)
-                dims = [index_constant(0) for _ in con.sizes]
-                delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
-                delinearize(row, sc.row_dims[::-1], con.sizes, dims)
-                x = ir.Operation.create("memref.atomic_rmw", [f32], [
-                    minus_zero, con.c] + [dims[d] for _, d in con.maps[-1]],
+                x = ir.Operation.create(
+                    "memref.atomic_rmw", [f32], [minus_zero, con.c] + _output_at(sc, row, column),
                     attributes={"kind": _kind("addf")}).result
-                flat = ir.Operation.create("arith.muli", [index],
-                                           [row, index_constant(n_values)]).result
-                flat = ir.Operation.create("arith.addi", [index], [flat, column]).result
-                _store_rounded(x, copy, flat)
+                _store_row_rounded(x, copy, row, column, n_values)
             scf.YieldOp([])
 
     # 3. one thread per ``width`` consecutive live output elements of a row: its row's
@@ -598,14 +592,9 @@ def emit_gather(sc: Scatter, workspace, copy=None, zero_rows=None, lanes: bool =
     if copy is not None and not pieces:   # 5. round the heavy rows (summed in f32) into the copy
         def round_heavy(item, column):
             r = cast(ir.Operation.create("memref.load", [i32], [heavy, item]).result, index)
-            dims = [index_constant(0) for _ in con.sizes]
-            delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
-            delinearize(r, sc.row_dims[::-1], con.sizes, dims)
-            where = [dims[d] for _, d in con.maps[-1]]
-            x = ir.Operation.create("memref.load", [f32], [con.c] + where).result
-            flat = ir.Operation.create("arith.muli", [index], [r, index_constant(n_values)]).result
-            flat = ir.Operation.create("arith.addi", [index], [flat, column]).result
-            _store_rounded(x, copy, flat)
+            x = ir.Operation.create("memref.load", [f32],
+                                    [con.c] + _output_at(sc, r, column)).result
+            _store_row_rounded(x, copy, r, column, n_values)
 
         walk(rows + 1, round_heavy)
 
@@ -647,15 +636,6 @@ def _gather_launch(op, n: int, walkers: int, walkers_first: bool = False):
     return guard.then_block, lin, walking, walker, tid
 
 
-def _fence() -> None:
-    """``membar.gl``: this thread's earlier global writes are seen by the whole GPU before
-    its later ones."""
-    from mlir import ir
-
-    ir.Operation.create("nvvm.memory.barrier", [], [], attributes={
-        "scope": ir.Attribute.parse("#nvvm.mem_scope<gpu>")})
-
-
 def _zero_counts(added, t, pieces: int) -> None:
     """Store 0 into row ``t``'s ``pieces`` counts of ``added`` (an i32 list, ``pieces``
     a row)."""
@@ -685,12 +665,30 @@ def _zero_row(sc: Scatter, t, n_values: int) -> None:
                                attributes={"value": ir.FloatAttr.get(f32, 0.0)}).result
     columns = scf.ForOp(index_constant(0), index_constant(n_values), index_constant(1))
     with ir.InsertionPoint(columns.body):
-        dims = [index_constant(0) for _ in con.sizes]
-        delinearize(columns.induction_variable, _value_dims(sc)[::-1], con.sizes, dims)
-        delinearize(t, sc.row_dims[::-1], con.sizes, dims)
         ir.Operation.create("memref.store", [], [zero, con.c] +
-                            [dims[d] for _, d in con.maps[-1]])
+                            _output_at(sc, t, columns.induction_variable))
         scf.YieldOp([])
+
+
+def _output_at(sc: Scatter, row, column) -> list:
+    """The output's indices of column ``column`` (over the value loops) of row ``row``
+    (over the row loops), both index values."""
+    con = sc.con
+    dims = [index_constant(0) for _ in con.sizes]
+    delinearize(column, _value_dims(sc)[::-1], con.sizes, dims)
+    delinearize(row, sc.row_dims[::-1], con.sizes, dims)
+    return [dims[d] for _, d in con.maps[-1]]
+
+
+def _store_row_rounded(x, copy, row, column, n_values: int) -> None:
+    """Store f32 ``x``, rounded as the ``copy`` rounds, at column ``column`` of row ``row``
+    of the copy (``n_values`` columns a row)."""
+    from mlir import ir
+
+    index = ir.IndexType.get()
+    flat = ir.Operation.create("arith.muli", [index], [row, index_constant(n_values)]).result
+    flat = ir.Operation.create("arith.addi", [index], [flat, column]).result
+    _store_rounded(x, copy, flat)
 
 
 def _lane_values(sc: Scatter, dims: list, width: int, last: int):
