@@ -203,12 +203,17 @@ def _switched_off(suffixes: list):
     from latch.passes.pipelines import PIPELINES
 
     saved = dict(PIPELINES)
+    removed = set()                            # passes an earlier switch took out
     for suffix in suffixes:
         pipeline, pass_name, option = OFF_SWITCHES[suffix]
         named = PIPELINES[pipeline]
         elements = list(named.elements)
         at = [i for i, e in enumerate(elements) if e.split("{")[0] == pass_name]
+        if not at and (pipeline, pass_name) in removed:
+            continue                           # an option of a pass already off: moot
         assert at, f"{pass_name} not in {pipeline}"
+        if option is None:
+            removed.add((pipeline, pass_name))
         for i in reversed(at):                 # every place the pass runs
             if option is None:
                 del elements[i]

@@ -31,6 +31,23 @@ def test_each_switch_changes_its_pass_and_is_undone():
         assert {name: p.expand({}) for name, p in PIPELINES.items()} == before
 
 
+def test_an_option_switch_of_a_pass_already_off_is_moot():
+    """``-readerlaunch`` takes latch-fuse-element-readers out; ``-rowlaunch`` sets one of its
+    options.  Together (the eighteenth stop's build) the second has nothing left to set."""
+    import tinymoe196m_build as build
+    from latch.passes.pipelines import PIPELINES
+
+    pipeline, pass_name, option = build.OFF_SWITCHES["rowlaunch"]
+    assert build.OFF_SWITCHES["readerlaunch"][1:] == (pass_name, None)
+    with build._switched_off(["readerlaunch", "rowlaunch"]):
+        assert all(e.split("{")[0] != pass_name for e in PIPELINES[pipeline].expand({}))
+    import pytest
+    with build._switched_off(["readerlaunch"]):    # a pass missing for another reason:
+        with pytest.raises(AssertionError, match=pass_name):  # the option switch says so
+            with build._switched_off(["rowlaunch"]):
+                pass
+
+
 def test_the_bench_runs_switched_builds_as_latch_engines():
     import tinymoe_bench_gpu as bench
 
