@@ -41,7 +41,10 @@ in a launch of its own (no ``latch-fuse-element-readers``, likewise), ``-rowlaun
 parallel loop read a row at a time by the next one in a launch of its own
 (``latch-fuse-element-readers{rows=false}``, the default before the twentieth stop),
 ``-walklaunch`` each one-hot gather's overflow walk in a launch of its own
-(``latch-form-contraction-kernels{gather-walk=launch}``, likewise),
+(``latch-form-contraction-kernels{gather-walk=launch}``: the default again since the
+twenty-first stop, so a no-op kept for the older builds' names), the on-switch
+``-walkinlaunch`` the walk in the gather's own launch (``gather-walk=last``, the
+twentieth stop's default),
 ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
@@ -153,6 +156,8 @@ OFF_SWITCHES = {
     "rowlaunch": ("latch-form-kernels", "latch-fuse-element-readers", "rows=false"),
     "walklaunch": ("latch-form-kernels", "latch-form-contraction-kernels",
                    "gather-walk=launch"),
+    "walkinlaunch": ("latch-form-kernels", "latch-form-contraction-kernels",
+                     "gather-walk=last"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

@@ -1325,10 +1325,13 @@ class FormContractionKernels(ModulePass):
     #: a gather also adds the term of the elementwise generic right after it that adds one
     #: to its output in place (one_hot_gather.additive_reader); false: that pass stays
     gather_readers: bool = True
-    #: where a gather's overflow walk runs (one_hot_gather.WALKS): "last" in the gather's
-    #: own launch, in blocks after the gathering ones (one_hot_gather._gather_launch);
-    #: "first" in blocks before them; "launch" in a launch of its own after the gather
-    gather_walk: str = "last"
+    #: where a gather's overflow walk runs (one_hot_gather.WALKS): "launch" in a launch of
+    #: its own after the gather (the default: measured faster, docs/results-log.md
+    #: 2026-12-07); "last" in the gather's own launch, in blocks after the gathering ones
+    #: (one_hot_gather._gather_launch; its heavy rows take every sum by float atomics and,
+    #: into a bf16 copy, per-piece counts: at B32 the MoE gathers took 0.4 ms more an
+    #: update than gather + walk launch); "first" in blocks before them
+    gather_walk: str = "launch"
     #: which elementwise ops right after a product with a staged bf16 output (the SwiGLU
     #: backward after the experts' input gradient) its epilogue computes
     #: (passes/epilogue_readers.py, :data:`epilogue_readers.POLICIES`): "large" those

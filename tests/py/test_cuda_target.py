@@ -987,10 +987,10 @@ def test_one_hot_products_of_the_moe_become_gathers(cuda_models):
     """The dense one-hot products the frontend makes of index_add (the MoE dispatch, one per
     MoE layer) and of the embedding gradients become gathers (passes/one_hot_gather.py):
     a kernel groups the sources by target row with integer atomic adds, one computes each
-    output element from its row's sources; float atomics are left only to heavy rows
-    (more sources than the table takes) and the walks of the overflow lists, both in the
-    gather's own launch (its last _OVERFLOW_BLOCKS blocks walk) — not contractions over all
-    rows x all sources, and no walk of its own."""
+    output element from its row's sources; float atomics are left only to heavy rows (more
+    sources than the table takes: the gather adds their sums by atomics) and the walks of
+    the overflow lists, each a launch of _OVERFLOW_BLOCKS blocks after its gather
+    (``gather-walk=launch``, the default) — not contractions over all rows x all sources."""
     from latch.passes.one_hot_gather import _OVERFLOW_BLOCKS
     from models import MoE
 
@@ -1010,9 +1010,13 @@ def test_one_hot_products_of_the_moe_become_gathers(cuda_models):
     assert not any(la["module"].startswith("latch_contract") for la in grouping)
     float_atomics = [la for la in m["launches"]
                      if re.search(rb"\b(atom|red)\.global\.add(\.v4)?\.f32", ptx(la))]
-    assert len(float_atomics) >= len(grouping)
-    assert all(la["grid"][0] > _OVERFLOW_BLOCKS and la["grid"][1:] == [1, 1]
-               for la in float_atomics), [la["grid"] for la in float_atomics]
+    walks = [la for la in float_atomics if la["grid"] == [_OVERFLOW_BLOCKS, 1, 1]]
+    assert len(walks) >= len(grouping), [la["grid"] for la in float_atomics]
+    assert all(la["grid"][1:] == [1, 1] for la in float_atomics)
+    launches = m["launches"]
+    for i, la in enumerate(launches):           # each walk right after its gather's launch
+        if la in walks:
+            assert i - 1 in la["after"] and launches[i - 1] in float_atomics, i
 
 
 def test_deterministic_sums_scatters_in_fixed_point(cuda_models):

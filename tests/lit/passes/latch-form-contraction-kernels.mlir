@@ -6,6 +6,7 @@
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{gather=false}, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=ATOMICPTX
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{deterministic=true})' | FileCheck %s --check-prefix=FIXED
 // RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{deterministic=true}, latch-form-kernels, latch-kernels-to-ptx)' --emit=ptx | FileCheck %s --check-prefix=FIXEDPTX
+// RUN: latch-opt %s --split-input-file --pass-pipeline='builtin.module(latch-form-contraction-kernels{gather-walk=last})' | FileCheck %s --check-prefix=INLAUNCH
 // Contractions on memrefs become launches of tiled kernels: bf16 operands (here an f32
 // weight rounded to bf16 inside the body, as precision="bf16" fuses it) -> tensor cores
 // (nvvm.mma.sync m16n8k16), f32 operands -> the SIMT kernel; anything else stays.  The
@@ -201,8 +202,9 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // counts; group the sources by row (an integer atomic add hands out a row's slots);
 // one thread per four consecutive output elements (16 bytes, one vector store) sums its
 // row's slotted sources in ascending k (a min/max sorting network; each source's four
-// elements one vector load) onto %o — a heavy row's by float atomics — and the same launch's
-// last 264 blocks walk the overflow list with float atomics.
+// elements one vector load) onto %o — a heavy row's by float atomics; then a launch of 264
+// blocks walks the overflow list with float atomics.  INLAUNCH (gather-walk=last): the same
+// launch's last 264 blocks walk it.
 // In @rewritten the buffer is overwritten after the mask generic, so nothing is known and
 // the kernel is the plain one.
 #c_hit = affine_map<(d0, d1, d2) -> (d0, d2)>
@@ -221,7 +223,7 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // CHECK: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
 // CHECK: memref.atomic_rmw addi %{{.*}}, %[[COUNTS]]
 // CHECK: memref.store %{{.*}}, %[[TABLE]]
-// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c268,
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c4,
 // CHECK: memref.load %[[COUNTS]]
 // CHECK-COUNT-4: memref.load %[[TABLE]]
 // CHECK: arith.minsi
@@ -229,12 +231,38 @@ func.func @dispatch(%hit8: memref<100x70xi8>, %v: memref<100x48xf32>, %o: memref
 // CHECK: vector.load %arg1[{{.*}}] {alignment = 16 : i64} : memref<100x48xf32>, vector<4xf32>
 // CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {alignment = 16 : i64} : memref<70x48xf32>, vector<4xf32>
 // CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c264,
 // CHECK: scf.for
 // CHECK: scf.for
 // CHECK: memref.atomic_rmw addf %{{.*}}, %arg2[
 // CHECK-NOT: gpu.launch
 // CHECK-NOT: latch_contract
 // CHECK: return
+// INLAUNCH-LABEL: func.func @combine(
+// INLAUNCH: memref.alloc() : memref<2088xi8>
+// INLAUNCH-NOT: linalg.generic
+// INLAUNCH: %[[COUNTS:.*]] = memref.view {{.*}} to memref<72xi32>
+// INLAUNCH: %[[TABLE:.*]] = memref.view {{.*}} to memref<280xi32>
+// INLAUNCH: gpu.launch
+// INLAUNCH: memref.store %{{.*}}, %[[COUNTS]]
+// INLAUNCH: gpu.launch
+// INLAUNCH: %[[T:.*]] = memref.load %arg0[%{{.*}}] : memref<100xi64>
+// INLAUNCH: memref.atomic_rmw addi %{{.*}}, %[[COUNTS]]
+// INLAUNCH: memref.store %{{.*}}, %[[TABLE]]
+// INLAUNCH: gpu.launch blocks({{.*}}) in ({{.*}} = %c268,
+// INLAUNCH: memref.load %[[COUNTS]]
+// INLAUNCH-COUNT-4: memref.load %[[TABLE]]
+// INLAUNCH: arith.minsi
+// INLAUNCH: scf.if
+// INLAUNCH: vector.load %arg1[{{.*}}] {alignment = 16 : i64} : memref<100x48xf32>, vector<4xf32>
+// INLAUNCH: vector.store %{{.*}}, %arg2[{{.*}}] {alignment = 16 : i64} : memref<70x48xf32>, vector<4xf32>
+// INLAUNCH: memref.atomic_rmw addf %{{.*}}, %arg2[
+// INLAUNCH: scf.for
+// INLAUNCH: scf.for
+// INLAUNCH: memref.atomic_rmw addf %{{.*}}, %arg2[
+// INLAUNCH-NOT: gpu.launch
+// INLAUNCH-NOT: latch_contract
+// INLAUNCH: return
 // PTX-LABEL: .entry combine_kernel(
 // PTX: {{(atom|red)}}.global.add.u32
 // With gather=false: one thread per (k, four consecutive n) adds with four consecutive
