@@ -44,7 +44,9 @@ parallel loop read a row at a time by the next one in a launch of its own
 (``latch-form-contraction-kernels{gather-walk=launch}``: the default again since the
 twenty-first stop, so a no-op kept for the older builds' names), the on-switch
 ``-walkinlaunch`` the walk in the gather's own launch (``gather-walk=last``, the
-twentieth stop's default),
+twentieth stop's default), ``-sumlaunch`` a split product's slices added into its f32
+output and rounded to bf16 by a launch after (``round-sums=false``, the default before the
+twenty-first stop),
 ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
@@ -158,6 +160,7 @@ OFF_SWITCHES = {
                    "gather-walk=launch"),
     "walkinlaunch": ("latch-form-kernels", "latch-form-contraction-kernels",
                      "gather-walk=last"),
+    "sumlaunch": ("latch-form-kernels", "latch-form-contraction-kernels", "round-sums=false"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

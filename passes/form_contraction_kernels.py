@@ -52,7 +52,9 @@ factors are both staged by 16-byte copies takes the ``wgmma`` kernel instead
 (``passes/contraction_wgmma.py``: two warpgroups, 128 x 128 tiles, k-tiles of 64 in
 128-byte swizzled shared memory read through wgmma descriptors).
 
-Options: ``mma`` (bool, default true: use tensor cores where the operands are bf16),
+Options: ``round-sums`` (bool, default true: the launch adding a split product's slices
+writes the bf16 rounding that is its zeroed output's only reader),
+``mma`` (bool, default true: use tensor cores where the operands are bf16),
 ``chip`` (default sm_90; sm_90a: wgmma kernels),
 ``scatter`` (bool, default true: one-hot products as gathers or scatter kernels; false
 keeps them contractions, quadratic in the sources), ``gather`` (bool, default true: the
@@ -1332,6 +1334,10 @@ class FormContractionKernels(ModulePass):
     #: into a bf16 copy, per-piece counts: at B32 the MoE gathers took 0.4 ms more an
     #: update than gather + walk launch); "first" in blocks before them
     gather_walk: str = "launch"
+    #: a split-K product whose zeroed f32 output only its bf16 rounding reads: the launch
+    #: adding the slices writes that rounding (:func:`_round_partial_sums`); false: the
+    #: slices added into the f32 output, then the rounding launch
+    round_sums: bool = True
     #: which elementwise ops right after a product with a staged bf16 output (the SwiGLU
     #: backward after the experts' input gradient) its epilogue computes
     #: (passes/epilogue_readers.py, :data:`epilogue_readers.POLICIES`): "large" those
@@ -1445,6 +1451,12 @@ class FormContractionKernels(ModulePass):
                     con.narrowed_by, con.c = rounding[0][0], _round_in_place(con, rounding)
                     con.reader_rounds = f32_out
                     text, grid, block, shared = make(con, name)
+            elif splits > 1 and con.zeroed_by is not None and self.round_sums:
+                # the launch adding the slices writes the bf16 copy its only reader makes
+                # (after the product: no slot of its operands is written while they are read)
+                con.narrowed_by = _narrowing_reader(con, check_slots=False)
+                if con.narrowed_by is not None:
+                    _hoist_between(con.op, con.narrowed_by)    # its allocation comes first
             if self.epilogue_readers != "none" and wgmma and wg.stages(con, splits):
                 reader = epilogue_readers.match(con, list(con.inputs) + list(con.captured))
                 if reader is not None and epilogue_readers.pays(
@@ -1489,11 +1501,14 @@ class FormContractionKernels(ModulePass):
                                  tuple(c(v) for v in block),
                                  list(con.inputs) + [out] + list(con.captured),
                                  dynamic_shared_memory_size=shared_size)
-                if splits > 1:
+                if splits > 1 and con.narrowed_by is not None:
+                    _round_partial_sums(out, splits, zeroing_value(con.zeroed_by),
+                                        con.narrowed_by.operands[1])
+                elif splits > 1:
                     _add_partial_sums(out, con.c)
             con.op.erase()
-            if con.zeroed_by is not None and splits == 1:
-                for zeroing in con.zeroed_by:     # the kernel writes every element
+            if con.zeroed_by is not None and (splits == 1 or con.narrowed_by is not None):
+                for zeroing in con.zeroed_by:     # every element is written
                     zeroing.erase()
             if con.reader_rounds is not None:    # the f32 buffer nothing uses any more
                 if not list(con.reader_rounds.uses):
@@ -1666,6 +1681,46 @@ def _add_partial_sums(workspace, c) -> None:
         total = ir.Operation.create("arith.addf", [f32], [body.arguments[1],
                                                           body.arguments[0]]).result
         ir.Operation.create("linalg.yield", [], [total])
+
+
+def _round_partial_sums(workspace, splits: int, zero, rounded) -> None:
+    """``rounded[i] = bf16(((zero + w[0, i]) + w[1, i]) + ...)`` as an all-parallel
+    linalg.generic reading each slice of the split-K ``workspace`` (a view each): the sums
+    of :func:`_add_partial_sums` onto the output's zeros, in the same order, then the
+    rounding its reader did — the same bits, without the f32 output written and read back
+    and without the rounding launch (TinyMoE's expert weight gradients; option
+    ``round-sums``)."""
+    from mlir import ir
+
+    ws_type = ir.MemRefType(workspace.type)
+    shape = list(ws_type.shape[1:])
+    slice_bytes = 4 * math.prod(shape)
+    f32 = ir.F32Type.get()
+    index = ir.IndexType.get()
+    base = _op(workspace.owner).operands[0]           # the i8 workspace the view is of
+    first = _op(workspace.owner).operands[1]          # its byte offset (a constant)
+    slices = []
+    for s in range(splits):
+        at = ir.Operation.create("arith.addi", [index], [first, index_constant(s * slice_bytes)])
+        slices.append(ir.Operation.create("memref.view", [ir.MemRefType.get(shape, f32)],
+                                          [base, at.result]).result)
+    rank = len(shape)
+    identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
+    generic = ir.Operation.create(
+        "linalg.generic", [], slices + [rounded],
+        attributes={"indexing_maps": ir.ArrayAttr.get([identity] * (splits + 1)),
+                    "iterator_types": ir.ArrayAttr.get(
+                        [ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([splits, 1])},
+        regions=1)
+    body = generic.regions[0].blocks.append(*([f32] * splits), ir.BF16Type.get())
+    with ir.InsertionPoint(body):
+        total = ir.Operation.create("arith.constant", [f32], attributes={"value": zero}).result
+        for s in range(splits):
+            total = ir.Operation.create("arith.addf", [f32],
+                                        [total, body.arguments[s]]).result
+        narrow = ir.Operation.create("arith.truncf", [ir.BF16Type.get()], [total]).result
+        ir.Operation.create("linalg.yield", [], [narrow])
 
 
 def load_factor_inputs(con: Contraction, side: Operand, inputs, dims, mapping: dict,

@@ -918,6 +918,43 @@ def check_rounded(options: str, k: int = 80) -> str:
     return str(m)
 
 
+@pytest.mark.parametrize("options", ["", "{chip=sm_90a}"], ids=["mma", "wgmma"])
+def test_split_k_sums_write_the_rounded_copy(options):
+    """A zeroed product split along k (96 x 72 outputs, k 2112: one tile, many slices)
+    whose only reader rounds it to bf16: the launch adding the slices writes the bf16
+    buffer itself — left on the host one generic reading the workspace's slices and
+    writing bf16, no zero fill, no f32 output, no rounding launch — with the bits of the
+    slices added onto the zeros and then rounded (``round-sums=false``)."""
+    k = 2112
+    text = ROUNDED.replace("96x80xbf16", f"96x{k}xbf16").replace("80x72xbf16", f"{k}x72xbf16")
+    g = torch.Generator().manual_seed(4)
+    a = _bf16(torch.randn(96, k, generator=g, dtype=torch.float64))
+    b = _bf16(torch.randn(k, 72, generator=g, dtype=torch.float64))
+    got = {}
+    for fused in (True, False):
+        m, ctx = run_pass(text, "{" + " ".join(
+            o for o in (options.strip("{}"), "" if fused else "round-sums=false") if o) + "}")
+        host = str(m).split("gpu.module")[0]
+        (_, grid, _), = _launches(m)
+        assert grid[2] > 1                                   # split along k
+        generics = host.split("linalg.generic")[1:]
+        if fused:          # one generic: the slices (views of the workspace) in, bf16 out
+            assert len(generics) == 1, len(generics)
+            ins = generics[0].split(" ins(")[1].split(") outs(")[0]
+            assert ins.count("%view") == grid[2] and "memref<96x72xbf16>" in \
+                generics[0].split(") outs(")[1].split(")")[0]
+            assert generics[0].count("arith.addf") == grid[2] and "arith.truncf" in generics[0]
+        else:
+            assert len(generics) == 3                 # fill, slices' sum, rounding
+        with ctx:
+            (out,) = Simt(m).run([a.numpy(), b.numpy()])
+        got[fused] = np.asarray(out, np.float32).copy()
+    assert np.array_equal(got[True].view(np.uint32), got[False].view(np.uint32))
+    ref = (a @ b).float().bfloat16().double()
+    err = float((torch.from_numpy(got[True]).double() - ref).norm() / ref.norm())
+    assert err < 2e-3, err
+
+
 # a SwiGLU gate: the product read only by an elementwise generic that rounds it to bf16
 # first (silu(bf16(gate)) * up), the product's buffer placed by the memory plan
 GATED = """
