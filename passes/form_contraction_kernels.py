@@ -1666,21 +1666,32 @@ def _add_partial_sums(workspace, c) -> None:
     dims = [ir.AffineDimExpr.get(d) for d in range(n)]
     out_res = [dims[rank - 1 - j] for j in range(rank)]      # loop 0 = innermost dim
     maps = [ir.AffineMap.get(n, 0, [dims[rank]] + out_res), ir.AffineMap.get(n, 0, out_res)]
-    its = ["parallel"] * rank + ["reduction"]
-    f32 = ir.F32Type.get()
+    body = _buffer_generic([workspace], c, maps, ["parallel"] * rank + ["reduction"],
+                           {"latch.loops_ordered": ir.UnitAttr.get()})
+    with ir.InsertionPoint(body):
+        total = ir.Operation.create("arith.addf", [ir.F32Type.get()],
+                                    [body.arguments[1], body.arguments[0]]).result
+        ir.Operation.create("linalg.yield", [], [total])
+
+
+def _buffer_generic(inputs: list, output, maps: list, iterators: list, attributes=None):
+    """A ``linalg.generic`` on memrefs at the current insertion point — ``inputs`` and the
+    one ``output`` indexed by ``maps``, loops of ``iterators`` ("parallel"/"reduction"),
+    more ``attributes`` if any; returns its body block (one argument per operand, of its
+    element type) for the caller to fill."""
+    from mlir import ir
+
+    operands = list(inputs) + [output]
     generic = ir.Operation.create(
-        "linalg.generic", [], [workspace, c],
+        "linalg.generic", [], operands,
         attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
                     "iterator_types": ir.ArrayAttr.get(
-                        [ir.Attribute.parse(f"#linalg.iterator_type<{x}>") for x in its]),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1]),
-                    "latch.loops_ordered": ir.UnitAttr.get()},
+                        [ir.Attribute.parse(f"#linalg.iterator_type<{x}>") for x in iterators]),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(inputs), 1]),
+                    **(attributes or {})},
         regions=1)
-    body = generic.regions[0].blocks.append(f32, f32)
-    with ir.InsertionPoint(body):
-        total = ir.Operation.create("arith.addf", [f32], [body.arguments[1],
-                                                          body.arguments[0]]).result
-        ir.Operation.create("linalg.yield", [], [total])
+    return generic.regions[0].blocks.append(
+        *[ir.MemRefType(v.type).element_type for v in operands])
 
 
 def _round_partial_sums(workspace, splits: int, zero, rounded) -> None:
@@ -1704,16 +1715,9 @@ def _round_partial_sums(workspace, splits: int, zero, rounded) -> None:
         at = ir.Operation.create("arith.addi", [index], [first, index_constant(s * slice_bytes)])
         slices.append(ir.Operation.create("memref.view", [ir.MemRefType.get(shape, f32)],
                                           [base, at.result]).result)
-    rank = len(shape)
-    identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
-    generic = ir.Operation.create(
-        "linalg.generic", [], slices + [rounded],
-        attributes={"indexing_maps": ir.ArrayAttr.get([identity] * (splits + 1)),
-                    "iterator_types": ir.ArrayAttr.get(
-                        [ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([splits, 1])},
-        regions=1)
-    body = generic.regions[0].blocks.append(*([f32] * splits), ir.BF16Type.get())
+    identity = ir.AffineMap.get_identity(len(shape))
+    body = _buffer_generic(slices, rounded, [identity] * (splits + 1),
+                           ["parallel"] * len(shape))
     with ir.InsertionPoint(body):
         total = ir.Operation.create("arith.constant", [f32], attributes={"value": zero}).result
         for s in range(splits):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 
 
@@ -41,7 +43,6 @@ def test_an_option_switch_of_a_pass_already_off_is_moot():
     assert build.OFF_SWITCHES["readerlaunch"][1:] == (pass_name, None)
     with build._switched_off(["readerlaunch", "rowlaunch"]):
         assert all(e.split("{")[0] != pass_name for e in PIPELINES[pipeline].expand({}))
-    import pytest
     with build._switched_off(["readerlaunch"]):    # a pass missing for another reason:
         with pytest.raises(AssertionError, match=pass_name):  # the option switch says so
             with build._switched_off(["rowlaunch"]):
