@@ -46,7 +46,9 @@ twenty-first stop, so a no-op kept for the older builds' names), the on-switch
 ``-walkinlaunch`` the walk in the gather's own launch (``gather-walk=last``, the
 twentieth stop's default), ``-sumlaunch`` a split product's slices added into its f32
 output and rounded to bf16 by a launch after (``round-sums=false``, the default before the
-twenty-first stop),
+twenty-first stop), ``-clampedrows`` the tile rows past a factor shorter than its tile (the
+router's 8 rows of 128) copied from the factor's last row instead of zero-filled without a
+read (``fill-past-factor=false``, the default before the twenty-second stop),
 ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
@@ -161,6 +163,8 @@ OFF_SWITCHES = {
     "walkinlaunch": ("latch-form-kernels", "latch-form-contraction-kernels",
                      "gather-walk=last"),
     "sumlaunch": ("latch-form-kernels", "latch-form-contraction-kernels", "round-sums=false"),
+    "clampedrows": ("latch-form-kernels", "latch-form-contraction-kernels",
+                    "fill-past-factor=false"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

@@ -49,7 +49,7 @@ from __future__ import annotations
 from latch.passes import epilogue_readers
 from latch.passes.form_contraction_kernels import (
     _WG, Contraction, _begin, _epilogue, _Kernel, _module, _pairable, _signature, _staging,
-    _Text, copy_chunk, k_tile_range, open_edge_guard, output_index)
+    _Text, copy_chunk, k_tile_range, open_edge_guard, output_index, past_the_factor)
 
 BM, BK, THREADS = 128, 64, 256
 #: n width of the output tile (128 or 256; None: :func:`tiling` chooses per contraction)
@@ -169,14 +169,15 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
                 r = t.arith("divui", lin, per_row)
                 c = t.arith("remui", lin, per_row)
                 if not along_rows:           # tile row r = factor row, chunk c = k 8c..8c+7
-                    fr = t.add(row0, r)
-                    fr = t.arith("minui", fr, limit - 1) if limit > 1 else t.const(0)
+                    first = t.add(row0, r)
+                    fr = t.arith("minui", first, limit - 1) if limit > 1 else t.const(0)
                     fk = t.add(k0, t.mul(c, 8))
                     # K-major: row r at r * 64, chunk c at (c ^ r % 8) * 8
                     sw = t.arith("xori", c, t.arith("remui", r, 8))
                     dst = t.add(t.add(base_e, t.mul(r, 64)), t.mul(sw, 8))
                 else:                        # tile row r = k, chunk c = factor rows 8c..8c+7
-                    fr = t.arith("minui", t.add(row0, t.mul(c, 8)), limit - 8)
+                    first = t.add(row0, t.mul(c, 8))
+                    fr = t.arith("minui", first, limit - 8)
                     fk = t.add(k0, r)
                     # MN-major: 64-row block c / 8, k-row r at r * 64, chunk (c % 8) ^ (r % 8)
                     sw = t.arith("xori", t.arith("remui", c, 8), t.arith("remui", r, 8))
@@ -186,7 +187,7 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
                 dims.update(k.split(group, fr))
                 dims.update(k.split("k", fk))
                 copy_chunk(t, how, f"%I{i}[{k.indices(i, dims)}]", mtype, f"{sm}[{dst}]",
-                           sm_type)
+                           sm_type, past_the_factor(t, con, how, limit, rows, first))
 
     reader = getattr(con, "reader", None)
     if reader is not None and reader.prefetch and stages_output(con, k):

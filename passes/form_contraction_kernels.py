@@ -54,6 +54,8 @@ factors are both staged by 16-byte copies takes the ``wgmma`` kernel instead
 
 Options: ``round-sums`` (bool, default true: the launch adding a split product's slices
 writes the bf16 rounding that is its zeroed output's only reader),
+``fill-past-factor`` (bool, default true: the rows of a tile past a factor's last are
+zero-filled by copies that read nothing, instead of clamped copies of its last row),
 ``mma`` (bool, default true: use tensor cores where the operands are bf16),
 ``chip`` (default sm_90; sm_90a: wgmma kernels),
 ``scatter`` (bool, default true: one-hot products as gathers or scatter kernels; false
@@ -1009,17 +1011,19 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1,
                 r = t.arith("divui", lin, per_row)
                 c8 = t.mul(t.arith("remui", lin, per_row), 8)
                 if not along_rows:           # tile row r = factor row, chunk = 8 k
-                    fr = t.add(row0, r)
-                    fr = t.arith("minui", fr, limit - 1) if limit > 1 else t.const(0)
+                    first = t.add(row0, r)
+                    fr = t.arith("minui", first, limit - 1) if limit > 1 else t.const(0)
                     fk = t.add(k0, c8)
                 else:                        # tile row r = k, chunk = 8 factor rows
-                    fr = t.arith("minui", t.add(row0, c8), limit - 8)
+                    first = t.add(row0, c8)
+                    fr = t.arith("minui", first, limit - 8)
                     fk = t.add(k0, r)
                 dims = dict(batch)
                 dims.update(k.split(group, fr))
                 dims.update(k.split("k", fk))
                 copy_chunk(t, how, f"%I{i}[{k.indices(i, dims)}]", mtype,
-                           f"{smem}[{stage}, {r}, {c8}]", stype)
+                           f"{smem}[{stage}, {r}, {c8}]", stype,
+                           past_the_factor(t, con, how, limit, rows, first))
 
     copies = any(how in ("k", "rows") for how, *_ in operands)
     lo_hi = []
@@ -1116,17 +1120,39 @@ def mma_kernel_text(con: Contraction, name: str, splits: int = 1,
     return text, grid, (THREADS, 1, 1), offset
 
 
-def copy_chunk(t: _Text, how: str, src: str, src_type: str, dst: str, dst_type: str) -> None:
+def copy_chunk(t: _Text, how: str, src: str, src_type: str, dst: str, dst_type: str,
+               inside: str | None = None) -> None:
     """Eight bf16 factor elements from ``src`` into shared memory at ``dst``: one 16-byte
     ``cp.async``, or (staging ``*-f32``: an f32 input rounded to bf16 in the product) eight
-    f32 loaded by the thread, rounded and stored."""
+    f32 loaded by the thread, rounded and stored.  ``inside`` (an i1, for a ``cp.async``):
+    whether the chunk is one of the factor's; where it is not (a tile row past the factor's
+    last, ``src`` the clamped address of the last row), the copy reads nothing and zero-fills
+    (``srcElements`` 0) — see :func:`past_the_factor`."""
     if how.endswith("-f32"):
         x = t.emit(f"vector.load {src} {{alignment = 16}} : {src_type}, vector<8xf32>")
         y = t.emit(f"arith.truncf {x} : vector<8xf32> to vector<8xbf16>")
         t.line(f"vector.store {y}, {dst} {{alignment = 16}} : {dst_type}, vector<8xbf16>")
     else:
-        t.emit(f"nvgpu.device_async_copy {src}, {dst}, 8 {{bypassL1}} : {src_type} to "
+        count = ""
+        if inside is not None:
+            count = ", " + t.emit(f"arith.select {inside}, {t.const(8)}, {t.const(0)} : index")
+        t.emit(f"nvgpu.device_async_copy {src}, {dst}, 8{count} {{bypassL1}} : {src_type} to "
                f"{dst_type}")
+
+
+def past_the_factor(t: _Text, con: Contraction, how: str, limit: int, rows: int,
+                    first: str) -> str | None:
+    """For a ``cp.async``-staged factor of ``limit`` rows (along the tile's m or n) whose last
+    tile of ``rows`` runs past it (``limit % rows``): the i1 "``first`` (the chunk's first
+    factor row, before clamping) < ``limit``", for :func:`copy_chunk`; else None.  The
+    clamped copies of the rows past the factor all read its last row: a router's 8 x 768
+    weight in a 128-row tile sends 120 of every 128 rows' copies to the same 128 bytes, from
+    every block at once (TinyMoE B32's router product: 65 us where its input alone takes
+    ~17 at the copy rate).  Zero-filled rows only feed output rows / columns that are never
+    stored."""
+    if how.endswith("-f32") or limit % rows == 0 or not getattr(con, "fill_past", True):
+        return None
+    return t.emit(f"arith.cmpi ult, {first}, {t.const(limit)} : index")
 
 
 def _bytes(memref_type: str) -> int:
@@ -1338,6 +1364,10 @@ class FormContractionKernels(ModulePass):
     #: adding the slices writes that rounding (:func:`_round_partial_sums`); false: the
     #: slices added into the f32 output, then the rounding launch
     round_sums: bool = True
+    #: the tile rows past a factor shorter than its tile (a router's 8 rows of 128) are
+    #: zero-filled by copies that read nothing (:func:`past_the_factor`); false: clamped
+    #: copies of the factor's last row, as before
+    fill_past_factor: bool = True
     #: which elementwise ops right after a product with a staged bf16 output (the SwiGLU
     #: backward after the experts' input gradient) its epilogue computes
     #: (passes/epilogue_readers.py, :data:`epilogue_readers.POLICIES`): "large" those
@@ -1415,6 +1445,7 @@ class FormContractionKernels(ModulePass):
                 erase_dead_mask_writer(scatter)
                 continue
             name = fresh_symbol("latch_contract_", taken)
+            con.fill_past = self.fill_past_factor
             if j in skips and empty_rows.pays(con, skips[j], self.chip):  # its extents:
                 con.skip = skips[j]                                  # one more argument
                 con.captured = list(con.captured) + [con.skip.extents]

@@ -373,3 +373,38 @@ def test_bench_gemm_with_bf16_output_is_one_wgmma_kernel():
     ref = (a @ b.T).float().bfloat16().double()
     assert torch.equal(got, got.bfloat16().double())
     assert float((got - ref).norm() / ref.norm()) < 2e-3
+
+
+@pytest.mark.parametrize("sizes,a_idx,b_idx,short,options,kernel", [
+    # a router: 8 columns in a 128-column tile (B K-major: its rows are the output's columns)
+    ({"m": 256, "n": 8, "k": 128}, "mk", "nk", "b", WGMMA, "wgmma"),
+    # a router's weight gradient: 8 output rows (A MN-major: the rows in 16-byte chunks)
+    ({"m": 8, "n": 128, "k": 128}, "km", "kn", "a", WGMMA, "wgmma"),
+    ({"m": 256, "n": 8, "k": 128}, "mk", "nk", "b", "", "mma"),
+], ids=["wgmma-columns", "wgmma-rows", "mma-columns"])
+def test_tiles_past_a_short_factor_read_nothing(monkeypatch, sizes, a_idx, b_idx, short,
+                                                options, kernel):
+    """A factor shorter than its tile (a router's 8 rows in a 128-row tile): each block reads
+    each of its elements once per k-tile, not once per tile row (the clamped copies of the
+    rows past it all read its last row: 16x the bytes, from one line), and the product is
+    unchanged (the rows past it are zero-filled and feed only unstored cells)."""
+    reads, bound = {}, []
+    read, bind = Simt._read, Simt._bind
+
+    def counting(self, mem, addr, emask, what="a read"):
+        reads[id(mem)] = reads.get(id(mem), 0) + int(np.count_nonzero(emask))
+        return read(self, mem, addr, emask, what)
+
+    def binding(self, x, ty):
+        ref = bind(self, x, ty)
+        bound.append(ref)
+        return ref
+
+    monkeypatch.setattr(Simt, "_read", counting)
+    monkeypatch.setattr(Simt, "_bind", binding)
+    m = check(sizes, a_idx, b_idx, "mn", options=options, expect_kernel=kernel)
+    (_, grid, _), = _launches(m)
+    blocks = grid[0] * grid[1] * grid[2]
+    operand = bound[0 if short == "a" else 1]
+    n_elements = sizes["k"] * sizes["n" if short == "b" else "m"]
+    assert reads[id(operand.mem)] == blocks * n_elements

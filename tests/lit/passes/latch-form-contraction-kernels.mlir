@@ -16,6 +16,8 @@
 // weight) is loaded 8 elements at a time, rounded and stored by the threads; fragments are
 // read with ldmatrix.  The output's initial value is
 // read and added to (nothing zeroed it here), two columns per 8-byte load and store.
+// x's 200 rows end inside their second 128-row tile: its copies carry a srcElements count
+// (8, or 0 past row 199: zero-filled, nothing read) instead of re-reading the last row.
 
 #mA = affine_map<(m, n, k) -> (m, k)>
 #mBt = affine_map<(m, n, k) -> (n, k)>
@@ -31,7 +33,7 @@
 // CHECK: memref.view %[[DYN]][%{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<4x128x40xbf16, #gpu.address_space<workgroup>>
 // CHECK: scf.for
 // CHECK: scf.if
-// CHECK: nvgpu.device_async_copy %{{.*}}, 8 {bypassL1} : memref<200x96xbf16> to memref<4x128x40xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.device_async_copy %{{.*}}, 8, %{{.*}} {bypassL1} : memref<200x96xbf16> to memref<4x128x40xbf16, #gpu.address_space<workgroup>>
 // CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<48x96xf32>, vector<8xf32>
 // CHECK: arith.truncf %{{.*}} : vector<8xf32> to vector<8xbf16>
 // CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<4x128x40xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
@@ -85,8 +87,8 @@ func.func @linear_bf16(%x: memref<200x96xbf16>, %w: memref<48x96xf32>, %y: memre
 // CHECK: gpu.launch_func
 // CHECK: gpu.func @contract(
 // CHECK: memref.view %{{.*}} to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
-// CHECK: nvgpu.device_async_copy %{{.*}}, 8 {bypassL1} : memref<64x64xbf16> to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
-// CHECK: nvgpu.device_async_copy %{{.*}}, 8 {bypassL1} : memref<64x96xbf16> to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.device_async_copy %{{.*}}, 8, %{{.*}} {bypassL1} : memref<64x64xbf16> to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.device_async_copy %{{.*}}, 8, %{{.*}} {bypassL1} : memref<64x96xbf16> to memref<4x32x136xbf16, #gpu.address_space<workgroup>>
 // CHECK: nvgpu.ldmatrix %{{.*}} {numTiles = 4 : i32, transpose = true}
 // CHECK: nvvm.mma.sync
 // CHECK: scf.yield
