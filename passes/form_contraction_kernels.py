@@ -1746,9 +1746,15 @@ def _round_partial_sums(workspace, splits: int, zero, rounded) -> None:
         at = ir.Operation.create("arith.addi", [index], [first, index_constant(s * slice_bytes)])
         slices.append(ir.Operation.create("memref.view", [ir.MemRefType.get(shape, f32)],
                                           [base, at.result]).result)
-    identity = ir.AffineMap.get_identity(len(shape))
-    body = _buffer_generic(slices, rounded, [identity] * (splits + 1),
-                           ["parallel"] * len(shape))
+    # loop 0 = the innermost dimension, as latch-wrap-host-compute orders every other
+    # generic (it ran before this one was made): consecutive threads, consecutive elements
+    # (in the grid's order the first loop, the experts, went to consecutive threads: the
+    # expert weight gradients' sums took 0.198 ms a launch at B32, 317 GB/s)
+    rank = len(shape)
+    inner_first = ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(rank - 1 - j)
+                                             for j in range(rank)])
+    body = _buffer_generic(slices, rounded, [inner_first] * (splits + 1),
+                           ["parallel"] * rank, {"latch.loops_ordered": ir.UnitAttr.get()})
     with ir.InsertionPoint(body):
         total = ir.Operation.create("arith.constant", [f32], attributes={"value": zero}).result
         for s in range(splits):
