@@ -49,6 +49,10 @@ output and rounded to bf16 by a launch after (``round-sums=false``, the default 
 twenty-first stop), ``-clampedrows`` the tile rows past a factor shorter than its tile (the
 router's 8 rows of 128) copied from the factor's last row instead of zero-filled without a
 read (``fill-past-factor=false``, the default before the twenty-second stop),
+``-chunkstores`` each unrolled copy of a row kernel's chunk loop loading, working and
+storing in turn (``latch-wrap-host-compute{loads-first=false}``), ``-partrows`` those loops
+unrolled 4 times with a remainder loop (``whole-rows=false``; both the defaults before the
+twenty-second stop),
 ``-splitloss``
 the loss gradient in a launch of its own after the loss's log-sum-exp (no
 ``latch-hoist-row-readers``), ``-castsperstep`` the weights rounded to bf16 by a cast launch
@@ -165,6 +169,8 @@ OFF_SWITCHES = {
     "sumlaunch": ("latch-form-kernels", "latch-form-contraction-kernels", "round-sums=false"),
     "clampedrows": ("latch-form-kernels", "latch-form-contraction-kernels",
                     "fill-past-factor=false"),
+    "chunkstores": ("latch-form-kernels", "latch-wrap-host-compute", "loads-first=false"),
+    "partrows": ("latch-form-kernels", "latch-wrap-host-compute", "whole-rows=false"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

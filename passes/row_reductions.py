@@ -287,7 +287,8 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
                                few_rows_unroll: int = 0, whole_waves: bool = True,
                                column_bytes: int = COLUMN_BYTES,
                                row_readers: bool = True, row_writers: bool = True,
-                               in_place_readers: bool = True, fold_zeros: bool = True) -> int:
+                               in_place_readers: bool = True, fold_zeros: bool = True,
+                               loads_first: bool = True, whole_rows: bool = True) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
     with ``row_readers`` also the next op reading the totals row by row:
@@ -295,7 +296,8 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
     with ``row_writers`` the op before it that writes the reduction's input:
     :func:`_row_writer`; with ``fold_zeros`` totals zero-filled right before the reduction
     (:func:`~latch.passes.form_contraction_kernels.zeroing_ops`) start from the constant and
-    the fill goes; ``few_rows_unroll``: see :func:`_unroll_of`; ``whole_waves``: see
+    the fill goes; ``few_rows_unroll``, ``whole_rows``: see :func:`_unroll_of`;
+    ``loads_first``: see :func:`_loads_before_stores`; ``whole_waves``: see
     :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
     replaced.  Row reductions first, then column reductions (a column reduction between a
     row reduction and its writer may move after their launch: :func:`_row_writer`)."""
@@ -323,7 +325,8 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
         # total starts from the constant, and the fill (with the copy it went through) goes
         zeroing = zeroing_ops(op, list(op.operands)[-1]) if fold_zeros else None
         _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
-              reader, writer, zeroing_value(zeroing) if zeroing else None)
+              reader, writer, zeroing_value(zeroing) if zeroing else None,
+              loads_first, whole_rows)
         for o in zeroing or ():
             erased.update([i for i, x in enumerate(ops) if i not in erased and x == o])
             o.erase()
@@ -902,11 +905,13 @@ def _write_chunk(writer: RowWriter, info, here, v: int) -> list:
     return values
 
 
-def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNROLL):
+def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNROLL,
+                     loads_first: bool = False):
     """Combine elements ``start, start + step, ... < n`` (in that order, one chain) into
     ``init``: a loop unrolled ``unroll`` times over the part every thread walks the same
     number of times, then a remainder loop.  With ``init`` None nothing is carried
-    (``element(k, None)`` returns None: a loop of stores)."""
+    (``element(k, None)`` returns None: a loop of stores).  ``loads_first``: the unrolled
+    copies' loads ahead of their stores (:func:`_loads_before_stores`)."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -920,10 +925,15 @@ def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNR
         with ir.InsertionPoint(loop.body):
             k = loop.induction_variable
             a = loop.inner_iter_args[0] if carried else None
+            copies = []
             for j in range(unroll):
+                at = len(list(loop.body.operations))
                 kj = k if j == 0 else ir.Operation.create(
                     "arith.addi", [index], [k, index_constant(j * step)]).result
                 a = element(kj, a)
+                copies.append([_op(o) for o in list(loop.body.operations)[at:]])
+            if loads_first:
+                _loads_before_stores(copies)
             scf.YieldOp([a] if carried else [])
         acc = loop.results[0] if carried else None
     if n_main < n:
@@ -937,6 +947,49 @@ def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNR
             scf.YieldOp([a] if carried else [])
         acc = loop.results[0] if carried else None
     return acc
+
+
+#: ops a copy's loads may be moved with: no memory effects, no regions
+_MOVABLE = ("arith.", "math.", "affine.apply", "index.", "vector.extract", "vector.broadcast",
+            "vector.from_elements", "vector.bitcast", "vector.splat", "vector.shape_cast")
+_LOADS = ("memref.load", "vector.load")
+_STORES = ("memref.store", "vector.store")
+
+
+def _loads_before_stores(copies: list) -> None:
+    """Move each unrolled copy's loads — with the pure ops they and the copy's work before
+    its first store need — in front of the first store of the copies before it.  A copy's
+    stores otherwise come between its loads and the next copy's: a warp then issues the next
+    chunk's loads only once the previous chunk's have arrived and been stored (the compiler
+    cannot move a load across a store to a buffer it does not know apart), one chunk's
+    latency after another (TinyMoE B32's RMSNorm backward: 2.1 TB/s against a 3.0 TB/s
+    copy).  Legal because the copies are different chunks of the row: a copy's loads never
+    read what an earlier copy's stores wrote (a lane that read an element another chunk
+    writes would race with the lane writing it in the original kernel too), and a copy's
+    own loads stay before its own stores.  Only straight-line copies (loads, stores, pure
+    ops) are touched; the values and their order of combination are unchanged."""
+    flat = [o for c in copies for o in c]
+    if any(o.regions or not (o.name.startswith(_MOVABLE) or o.name in _LOADS + _STORES)
+           for o in flat):
+        return
+    stores = [i for i, o in enumerate(flat) if o.name in _STORES]
+    if not stores:
+        return
+    anchor = flat[stores[0]]
+    later = {r for o in flat[stores[0]:] for r in o.results}   # defined after the anchor
+    seen = 0
+    for c in copies:
+        first = seen
+        seen += len(c)
+        if first <= stores[0]:
+            continue                       # at or before the anchor already
+        for o in c:
+            if o.name in _STORES:
+                break
+            if any(v in later for v in o.operands):
+                continue                   # needs a value only defined after the anchor
+            o.move_before(anchor)
+            later.difference_update(o.results)
 
 
 def _widen(value, info):
@@ -1014,20 +1067,26 @@ def _row_chunk(op, info, group: int) -> int:
 FEW_BLOCKS = 132
 
 
-def _unroll_of(n_blocks: int, per_block: int, few_rows_unroll: int, trips: int) -> int:
-    """Copies of the body per trip of a thread's strided loop (``trips`` elements or chunks
-    a thread): ``few_rows_unroll`` for a launch of a block per output with fewer than
+def _unroll_of(n_blocks: int, per_block: int, few_rows_unroll: int, trips: int,
+               whole_rows: bool = False) -> int:
+    """Copies of the body per trip of a thread's strided loop (``trips`` whole elements or
+    chunks a thread): ``few_rows_unroll`` for a launch of a block per output with fewer than
     FEW_BLOCKS blocks whose threads walk at least that many (more independent loads in
-    flight a thread; the same elements in the same order), else ``_UNROLL``."""
+    flight a thread; the same elements in the same order); with ``whole_rows`` all of
+    ``trips`` when that is at most ``2 * _UNROLL`` (a 768-wide f32 row: 6 chunks of 4 a
+    lane, which 4 copies and a remainder loop took in three steps of loads); else
+    ``_UNROLL``."""
     if few_rows_unroll > _UNROLL and per_block == 1 and n_blocks < FEW_BLOCKS and \
             trips >= few_rows_unroll:
         return few_rows_unroll
+    if whole_rows and _UNROLL < trips <= 2 * _UNROLL:
+        return trips
     return _UNROLL
 
 
 def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
           reader: RowReader | None = None, writer: RowWriter | None = None,
-          zero=None) -> None:
+          zero=None, loads_first: bool = True, whole_rows: bool = True) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -1067,16 +1126,18 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
             v = writer.v
         else:
             v = _row_chunk(op, info, group) if chunks else 1
+        trips = n_red // (group * v) if n_red % (group * v) == 0 else 0
         unroll = _unroll_of(-(-n_out // per_block), per_block, few_rows_unroll,
-                            n_red // (group * v))
+                            trips or n_red // (group * v), whole_rows and trips > 0)
         if v > 1:                   # lane l: chunks of v from v*l on, 16 bytes a load
             first = ir.Operation.create("arith.muli", [index],
                                         [lane, index_constant(v)]).result
             partial = _strided_partial(first, n_red, group * v, start,
-                                       _chunk_fn(op, info, dims, v, writer), unroll)
+                                       _chunk_fn(op, info, dims, v, writer), unroll,
+                                       loads_first)
         else:
             partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims),
-                                       unroll)
+                                       unroll, loads_first)
         if per_block == 1:
             kind = (_LOGICAL if info.logical else _COMBINERS)[info.comb.name][0]
             total = _narrow(block_all_reduce(_widen(partial, info), kind), info)
@@ -1101,7 +1162,7 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
                 scf.YieldOp([total])
             stored = _from_first_lane(store.results[0], lane, group)
             values = [stored] + ([apply_body(finish, stored)] if finish is not None else [])
-            _emit_reader(reader, info, dims, lane, group, values)
+            _emit_reader(reader, info, dims, lane, group, values, unroll, loads_first)
         if guard:
             scf.YieldOp([])
     with ir.InsertionPoint(lb), op.location:
@@ -1131,7 +1192,8 @@ def _from_first_lane(value, lane, group: int):
         attributes={"mode": ir.Attribute.parse("#gpu<shuffle_mode idx>")}).results[0]
 
 
-def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> None:
+def _emit_reader(reader: RowReader, info, dims, lane, group: int, values,
+                 unroll: int = _UNROLL, loads_first: bool = True) -> None:
     """The reader's body for the row at the parallel indices in ``dims``: lane ``lane`` of
     the row's ``group`` lanes takes chunks of ``reader.v`` consecutive elements ``v*lane,
     v*(lane + group), ...`` (the reduction elements' order, last loop fastest), reading the
@@ -1182,7 +1244,8 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values) -> Non
 
     start = ir.Operation.create("arith.muli", [index], [lane, index_constant(v)]).result \
         if v > 1 else lane
-    _strided_partial(start, n_red, group * v, None, chunk)
+    _strided_partial(start, n_red, group * v, None, chunk,
+                     unroll if n_red % (group * v) == 0 else _UNROLL, loads_first)
 
 
 def block_all_reduce(value, kind: str):

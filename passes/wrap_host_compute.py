@@ -66,8 +66,8 @@ becomes an entry of the launch schedule's ``collectives`` and ends a run of host
 Options: ``reduce-threads`` (int, default 256), ``last-block-sums`` (bool, default false),
 ``finish-rows``, ``row-readers``, ``in-place-readers``, ``fold-zeros``, ``row-writers``, ``chunks``,
 ``held-chunks``, ``staged-rows``, ``softmax-unroll``,
-``column-waves``, ``column-bytes``, ``few-rows-unroll``, ``class-sums`` (the fields
-below).
+``column-waves``, ``column-bytes``, ``few-rows-unroll``, ``class-sums``, ``loads-first``,
+``whole-rows`` (the fields below).
 
 Example: ``latch-opt f.mlir --pass-pipeline='builtin.module(latch-bufferize,
 latch-wrap-host-compute, latch-form-kernels)'``
@@ -206,6 +206,14 @@ class WrapHostCompute(ModulePass):
     #: (passes/class_sums.py); false (the default until it is timed on the GPU): a thread
     #: per output
     class_sums: bool = False
+    #: the unrolled copies of a lane's chunk loop in a row kernel issue their loads before
+    #: any of them stores (row_reductions._loads_before_stores); false: each copy's loads,
+    #: work and stores in turn
+    loads_first: bool = True
+    #: a lane's chunk loop unrolled whole when it has at most twice the usual copies
+    #: (row_reductions._unroll_of; a 768-wide f32 row: 6 chunks a lane); false: 4 copies
+    #: and a remainder loop
+    whole_rows: bool = True
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -229,7 +237,8 @@ class WrapHostCompute(ModulePass):
                                            self.few_rows_unroll, self.column_waves,
                                            self.column_bytes, self.row_readers,
                                            self.row_writers, self.in_place_readers,
-                                           self.fold_zeros)
+                                           self.fold_zeros, self.loads_first,
+                                           self.whole_rows)
                 parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)

@@ -782,6 +782,23 @@ def test_norm_backward_in_one_launch(cols):
     np.testing.assert_allclose(outs[True][5], ref, rtol=0, atol=2e-4 * np.abs(ref).max())
 
 
+def test_unrolled_chunks_load_before_they_store():
+    """In the norm backward's launch (test above) each unrolled copy of a lane's chunk loop
+    loads before any copy stores: the loads of four chunks in flight at once, not one chunk's
+    loads after the previous chunk's store (which waited for its loads).  The values are the
+    test above's (the same bits as the launches apart)."""
+    with formed(NORM_BACKWARD_WRITTEN.replace("COLS", "768"),
+                "builtin.module(latch-wrap-host-compute)") as m:
+        launch = str(m).split("gpu.launch ")[1]
+    unrolled = 0
+    for body in launch.split("scf.for")[1:]:
+        ops = "".join("S" if "store" in o else "L" for o in re.findall(
+            r"(?:vector|memref)\.(?:load|store)", body.split("scf.yield")[0]))
+        assert "SL" not in ops, ops       # every load before the loop's first store
+        unrolled += ops.count("S") >= 4   # four copies: the sums' pass, the reader's
+    assert unrolled == 2
+
+
 # a gradient's sum of squares for the global norm (full sum into a 0-d buffer), over bf16
 SUM_OF_SQUARES = """
 #x = affine_map<(d0, d1) -> (MAP)>
