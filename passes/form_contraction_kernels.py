@@ -77,8 +77,8 @@ from latch.passes.base import ModulePass, element_bits, fresh_symbol, function_d
     operation as _op, symbol_names
 from latch.passes.buffer_views import (INERT, NO_MEMORY_EFFECTS, arena_span,
                                        held_users, last_writer, root, slots_overlap, users)
-from latch.passes.generic_body import clone_body_ops, index_constant, top_allocation, \
-    used_only_rounded_to_bf16
+from latch.passes.generic_body import clone_body_ops, index_constant, order_loops, \
+    top_allocation, used_only_rounded_to_bf16
 from latch.passes import fixed_point_scatter as fixed_point
 from latch.passes import one_hot_gather
 from latch.passes import empty_rows
@@ -1688,28 +1688,28 @@ def split_factor(grid, k_tiles: int) -> int:
 
 def _add_partial_sums(workspace, c) -> None:
     """``c[i] += sum_s workspace[s, i]`` as a linalg.generic (slices summed in order:
-    deterministic), its loops ordered innermost dimension first as
-    latch-wrap-host-compute orders every other generic (coalesced once mapped)."""
+    deterministic), its loops ordered as latch-wrap-host-compute, which ran before it was
+    made, orders every other generic (:func:`~latch.passes.generic_body.order_loops`:
+    coalesced once mapped)."""
     from mlir import ir
 
     rank = ir.MemRefType(c.type).rank
     n = rank + 1
-    dims = [ir.AffineDimExpr.get(d) for d in range(n)]
-    out_res = [dims[rank - 1 - j] for j in range(rank)]      # loop 0 = innermost dim
-    maps = [ir.AffineMap.get(n, 0, [dims[rank]] + out_res), ir.AffineMap.get(n, 0, out_res)]
-    body = _buffer_generic([workspace], c, maps, ["parallel"] * rank + ["reduction"],
-                           {"latch.loops_ordered": ir.UnitAttr.get()})
+    dims = [ir.AffineDimExpr.get(d) for d in range(n)]      # loop 0: the slice
+    maps = [ir.AffineMap.get(n, 0, dims), ir.AffineMap.get(n, 0, dims[1:])]
+    body = _buffer_generic([workspace], c, maps, ["reduction"] + ["parallel"] * rank)
     with ir.InsertionPoint(body):
         total = ir.Operation.create("arith.addf", [ir.F32Type.get()],
                                     [body.arguments[1], body.arguments[0]]).result
         ir.Operation.create("linalg.yield", [], [total])
+    order_loops(body.owner)
 
 
-def _buffer_generic(inputs: list, output, maps: list, iterators: list, attributes=None):
+def _buffer_generic(inputs: list, output, maps: list, iterators: list):
     """A ``linalg.generic`` on memrefs at the current insertion point — ``inputs`` and the
-    one ``output`` indexed by ``maps``, loops of ``iterators`` ("parallel"/"reduction"),
-    more ``attributes`` if any; returns its body block (one argument per operand, of its
-    element type) for the caller to fill."""
+    one ``output`` indexed by ``maps``, loops of ``iterators`` ("parallel"/"reduction");
+    returns its body block (one argument per operand, of its element type) for the caller
+    to fill (and then to order: made after latch-wrap-host-compute, it is not ordered)."""
     from mlir import ir
 
     operands = list(inputs) + [output]
@@ -1718,8 +1718,7 @@ def _buffer_generic(inputs: list, output, maps: list, iterators: list, attribute
         attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
                     "iterator_types": ir.ArrayAttr.get(
                         [ir.Attribute.parse(f"#linalg.iterator_type<{x}>") for x in iterators]),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(inputs), 1]),
-                    **(attributes or {})},
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(inputs), 1])},
         regions=1)
     return generic.regions[0].blocks.append(
         *[ir.MemRefType(v.type).element_type for v in operands])
@@ -1746,15 +1745,9 @@ def _round_partial_sums(workspace, splits: int, zero, rounded) -> None:
         at = ir.Operation.create("arith.addi", [index], [first, index_constant(s * slice_bytes)])
         slices.append(ir.Operation.create("memref.view", [ir.MemRefType.get(shape, f32)],
                                           [base, at.result]).result)
-    # loop 0 = the innermost dimension, as latch-wrap-host-compute orders every other
-    # generic (it ran before this one was made): consecutive threads, consecutive elements
-    # (in the grid's order the first loop, the experts, went to consecutive threads: the
-    # expert weight gradients' sums took 0.198 ms a launch at B32, 317 GB/s)
-    rank = len(shape)
-    inner_first = ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(rank - 1 - j)
-                                             for j in range(rank)])
-    body = _buffer_generic(slices, rounded, [inner_first] * (splits + 1),
-                           ["parallel"] * rank, {"latch.loops_ordered": ir.UnitAttr.get()})
+    identity = ir.AffineMap.get_identity(len(shape))
+    body = _buffer_generic(slices, rounded, [identity] * (splits + 1),
+                           ["parallel"] * len(shape))
     with ir.InsertionPoint(body):
         total = ir.Operation.create("arith.constant", [f32], attributes={"value": zero}).result
         for s in range(splits):
@@ -1762,6 +1755,10 @@ def _round_partial_sums(workspace, splits: int, zero, rounded) -> None:
                                         [total, body.arguments[s]]).result
         narrow = ir.Operation.create("arith.truncf", [ir.BF16Type.get()], [total]).result
         ir.Operation.create("linalg.yield", [], [narrow])
+    # ordered as latch-wrap-host-compute, which ran before it was made, orders every other
+    # generic: in its own order the first loop, the experts, went to consecutive threads
+    # (the expert weight gradients' sums took 0.198 ms a launch at B32, 317 GB/s)
+    order_loops(body.owner)
 
 
 def load_factor_inputs(con: Contraction, side: Operand, inputs, dims, mapping: dict,

@@ -2,8 +2,11 @@
 linear iteration index, and its body cloned at given loop indices (shared by the passes that
 do this: latch-wrap-host-compute's block and row reductions,
 latch-form-contraction-kernels' operand loads, latch-map-parallel-loops' iterations per
-thread and latch-recompute-elementwise's extracts)."""
+thread and latch-recompute-elementwise's extracts), and the loop order every generic is
+mapped to threads in (:func:`order_loops`)."""
 from __future__ import annotations
+
+from latch.passes.base import operation as _op
 
 
 def segments(op) -> tuple[int, int]:
@@ -242,6 +245,56 @@ def top_allocation(block, memref_type):
         return ir.Operation.create(
             "memref.alloc", [memref_type], operands=[],
             attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}).result
+
+
+#: the attribute :func:`order_loops` marks an ordered generic with
+ORDERED = "latch.loops_ordered"
+
+
+def order_loops(op) -> None:
+    """Permute the loops of the linalg.generic ``op`` (once: it is marked :data:`ORDERED`)
+    so that its parallel loops come first, in reverse order — the last one, which walks the
+    unit-stride dimension of row-major buffers, becomes loop 0, the one mapped to
+    consecutive threads — then its reductions in their order.  Its indexing maps, iterator
+    types and ``linalg.index`` ops are rewritten; its values do not change."""
+    from mlir import ir
+
+    if ORDERED in op.attributes:
+        return
+    op.attributes[ORDERED] = ir.UnitAttr.get()     # running it again keeps it
+    its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    par = [i for i, t in enumerate(its) if "parallel" in t]
+    red = [i for i, t in enumerate(its) if "parallel" not in t]
+    perm = par[::-1] + red               # new loop j is old loop perm[j]
+    if perm == list(range(len(its))) or not par:
+        return
+    n = len(its)
+    inv = [0] * n
+    for j, i in enumerate(perm):
+        inv[i] = j
+    sub = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(inv[i]) for i in range(n)])
+    maps = []
+    for m in ir.ArrayAttr(op.attributes["indexing_maps"]):
+        m = ir.AffineMapAttr(m).value
+        maps.append(ir.AffineMapAttr.get(ir.AffineMap.get(
+            n, m.n_symbols, [e.compose(sub) for e in m.results])))
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
+    old_its = list(ir.ArrayAttr(op.attributes["iterator_types"]))
+    op.attributes["iterator_types"] = ir.ArrayAttr.get([old_its[i] for i in perm])
+    for inner in _nested(op):
+        if inner.name == "linalg.index":
+            d = ir.IntegerAttr(inner.attributes["dim"]).value
+            inner.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                         inv[d])
+
+
+def _nested(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = _op(inner)
+                yield inner
+                yield from _nested(inner)
 
 
 def loop_ranges(op):

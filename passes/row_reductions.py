@@ -925,13 +925,14 @@ def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNR
         with ir.InsertionPoint(loop.body):
             k = loop.induction_variable
             a = loop.inner_iter_args[0] if carried else None
-            copies = []
+            copies = []                    # each copy's ops (for loads_first)
             for j in range(unroll):
-                at = len(list(loop.body.operations))
+                at = len(list(loop.body.operations)) if loads_first else 0
                 kj = k if j == 0 else ir.Operation.create(
                     "arith.addi", [index], [k, index_constant(j * step)]).result
                 a = element(kj, a)
-                copies.append([_op(o) for o in list(loop.body.operations)[at:]])
+                if loads_first:
+                    copies.append([_op(o) for o in list(loop.body.operations)[at:]])
             if loads_first:
                 _loads_before_stores(copies)
             scf.YieldOp([a] if carried else [])
@@ -1126,9 +1127,8 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
             v = writer.v
         else:
             v = _row_chunk(op, info, group) if chunks else 1
-        trips = n_red // (group * v) if n_red % (group * v) == 0 else 0
         unroll = _unroll_of(-(-n_out // per_block), per_block, few_rows_unroll,
-                            trips or n_red // (group * v), whole_rows and trips > 0)
+                            n_red // (group * v), whole_rows and n_red % (group * v) == 0)
         if v > 1:                   # lane l: chunks of v from v*l on, 16 bytes a load
             first = ir.Operation.create("arith.muli", [index],
                                         [lane, index_constant(v)]).result

@@ -82,6 +82,7 @@ from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.class_sums import rewrite_class_sums
 from latch.passes.full_sums import parallel_full_reductions
 from latch.passes.buffer_views import root as _root
+from latch.passes.generic_body import order_loops
 from latch.passes.one_hot_reductions import collapse_one_hot_reductions
 from latch.passes.online_softmax_sums import (STAGED_BYTES, UNROLL as SOFTMAX_UNROLL,
                                               fuse_online_softmax_sums)
@@ -846,50 +847,20 @@ def _widen_i1_buffers(func_op) -> None:
                         yld.operands[k] = e.results[0]
 
 
-_ORDERED = "latch.loops_ordered"
-
-
 def _reductions_innermost(body) -> None:
     """Permute the loops of every linalg.generic so that its parallel loops come first, in
-    reverse order, then its reductions (in their order).  convert-linalg-to-parallel-loops
-    emits loops in iterator order, so a reduction in front of a parallel loop (a bias
-    gradient: sum over the batch) would become a host loop of kernels; with the reductions
-    innermost it is one kernel whose threads each run the reduction loop.  Sums keep their
-    order.  The parallel loops are reversed because gpu-map-parallel-loops maps the first
-    loop to threadIdx.x: the last loop walks the unit-stride dimension of row-major
-    buffers, so consecutive threads of a warp then touch consecutive addresses (coalesced)
-    instead of addresses a whole row apart."""
-    from mlir import ir
-
+    reverse order, then its reductions (:func:`~latch.passes.generic_body.order_loops`).
+    convert-linalg-to-parallel-loops emits loops in iterator order, so a reduction in front
+    of a parallel loop (a bias gradient: sum over the batch) would become a host loop of
+    kernels; with the reductions innermost it is one kernel whose threads each run the
+    reduction loop.  Sums keep their order.  The parallel loops are reversed because
+    gpu-map-parallel-loops maps the first loop to threadIdx.x: the last loop walks the
+    unit-stride dimension of row-major buffers, so consecutive threads of a warp then touch
+    consecutive addresses (coalesced) instead of addresses a whole row apart."""
     for op in list(body.operations):
         op = _op(op)
-        if op.name != "linalg.generic" or _ORDERED in op.attributes:
-            continue
-        op.attributes[_ORDERED] = ir.UnitAttr.get()     # running the pass again keeps it
-        its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-        par = [i for i, t in enumerate(its) if "parallel" in t]
-        red = [i for i, t in enumerate(its) if "parallel" not in t]
-        perm = par[::-1] + red               # new loop j is old loop perm[j]
-        if perm == list(range(len(its))) or not par:
-            continue
-        n = len(its)
-        inv = [0] * n
-        for j, i in enumerate(perm):
-            inv[i] = j
-        sub = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(inv[i]) for i in range(n)])
-        maps = []
-        for m in ir.ArrayAttr(op.attributes["indexing_maps"]):
-            m = ir.AffineMapAttr(m).value
-            maps.append(ir.AffineMapAttr.get(ir.AffineMap.get(
-                n, m.n_symbols, [e.compose(sub) for e in m.results])))
-        op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
-        old_its = list(ir.ArrayAttr(op.attributes["iterator_types"]))
-        op.attributes["iterator_types"] = ir.ArrayAttr.get([old_its[i] for i in perm])
-        for inner in _walk(op):
-            if inner.name == "linalg.index":
-                d = ir.IntegerAttr(inner.attributes["dim"]).value
-                inner.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                             inv[d])
+        if op.name == "linalg.generic":
+            order_loops(op)
 
 
 def _walk(op):
