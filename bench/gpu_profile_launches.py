@@ -14,8 +14,9 @@ one-block kernels, fused attention, other), and the ``--top`` slowest launches w
 and block, each with the bytes its buffer arguments span (the manifest's ``arg_bytes``: a
 streaming kernel's traffic) over its time; then the kernel modules that lose the most time
 against the copy bandwidth measured in the same run (time − bytes / bandwidth, summed over
-their launches; contractions and attention left out: their floor is not the bandwidth).
-The launches are enqueued in chunks behind a sleeping kernel, so the GPU never
+their launches; contractions and attention left out: their floor is not the bandwidth),
+and each contraction and attention kernel's registers, spilled bytes and resident blocks
+an SM (what the driver's JIT made of its PTX).  The launches are enqueued in chunks behind a sleeping kernel, so the GPU never
 waits for the host between two of them (a per-launch time is the kernel's, not Python's).
 Writes the same as JSON to $OUT/profile-<artifact>.json when $OUT is set.
 """
@@ -94,6 +95,33 @@ def lost_to_bandwidth(launches, ms, copy_gbs: float, ptx_has_mma: dict) -> list:
     return sorted(rows.values(), key=lambda r: -r["lost_ms"])
 
 
+def kernel_resources(launches) -> dict:
+    """Per kernel module (first launch of each): registers a thread, local (spilled) bytes
+    a thread, and the resident blocks an SM the driver allows at its block size and
+    dynamic shared memory (``cuOccupancyMaxActiveBlocksPerMultiprocessor``)."""
+    from latch.runtime import driver as drv
+
+    d = drv.driver()
+    attr = d.CUfunction_attribute
+    out = {}
+    for la in launches:
+        mod = la.spec["module"]
+        if mod in out:
+            continue
+        threads = int(la.block[0]) * int(la.block[1]) * int(la.block[2])
+        shared = int(la.spec.get("shared_bytes", 0))
+        out[mod] = {
+            "registers": drv.call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_NUM_REGS,
+                                  la.function, what=mod),
+            "local_bytes": drv.call("cuFuncGetAttribute",
+                                    attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, la.function,
+                                    what=mod),
+            "blocks_per_sm": drv.call("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                                      la.function, threads, shared, what=mod),
+            "shared_bytes": shared}
+    return out
+
+
 def loaded_with_state(artifact: str, model_name: str):
     """(program, its training state initialized from the workload ``model_name`` of
     bench/bf16_probe_build.py, that workload's inputs on the GPU)."""
@@ -163,6 +191,11 @@ def main(argv=None) -> int:
                     "class": kernel_class(la, ptx_has_mma)})
         print(f"  #{i:5d} {med[i]:8.3f} ms {la.spec['module']:28s} grid {la.grid} "
               f"block {la.block} {top[-1]['class']}{bandwidth_note(la, med[i])}")
+    resources = kernel_resources(launches)
+    for mod, r in sorted(resources.items()):
+        if mod.startswith(("latch_contract", "latch_attention")) or r["local_bytes"]:
+            print(f"  {mod:28s} {r['registers']:4d} registers, {r['local_bytes']:5d} B "
+                  f"local, {r['blocks_per_sm']} blocks an SM ({r['shared_bytes']} B shared)")
     lost = lost_to_bandwidth(launches, med, copy_gbs, ptx_has_mma)
     if lost:
         print(f"  time beyond the copy bandwidth ({copy_gbs:.0f} GB/s), by kernel module:")
@@ -184,7 +217,8 @@ def main(argv=None) -> int:
                        "critical_path_ms": path[0] if path else None,
                        "critical_path": path[1] if path else None,
                        "classes": classes, "top": top, "copy_gbs": copy_gbs,
-                       "lost_to_bandwidth": lost, "launches": every}, f)
+                       "lost_to_bandwidth": lost, "resources": resources,
+                       "launches": every}, f)
     return 0
 
 

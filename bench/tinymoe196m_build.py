@@ -169,6 +169,7 @@ OFF_SWITCHES = {
     "sumlaunch": ("latch-form-kernels", "latch-form-contraction-kernels", "round-sums=false"),
     "clampedrows": ("latch-form-kernels", "latch-form-contraction-kernels",
                     "fill-past-factor=false"),
+    "twoblocks": ("latch-form-kernels", "latch-form-contraction-kernels", "blocks-per-sm=2"),
     "chunkstores": ("latch-form-kernels", "latch-wrap-host-compute", "loads-first=false"),
     "partrows": ("latch-form-kernels", "latch-wrap-host-compute", "whole-rows=false"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),

@@ -116,6 +116,23 @@ def n_tile(con: Contraction) -> int:
     return tiling(con)[0]
 
 
+#: :func:`paired_blocks`: the tile, the stages (3 x 32 KiB: two blocks' 2 x 97 KiB fit an
+#: SM's 228) and the fewest 128 x 128 tiles (four waves of two blocks on 132 SMs)
+PAIRED_BN, PAIRED_STAGES, PAIRED_MIN_TILES = 128, 3, 4 * 2 * _SMS
+
+
+def paired_blocks(con: Contraction, splits: int) -> bool:
+    """Whether the product runs as two resident blocks an SM (``latch-form-contraction-
+    kernels{blocks-per-sm=2}``): 128 x 128 tiles in three stages, 128 registers a thread,
+    so one block's epilogue (its rounded tile out through shared memory, an epilogue
+    reader's loads) and pipeline fill overlap the other block's multiplies instead of
+    leaving the tensor cores idle.  For products with many tiles and no k slices (the
+    large ones of a B32 update); a few waves gain nothing from the overlap."""
+    tiles = -(-con.size("n") // PAIRED_BN) * -(-con.size("m") // BM) * \
+        max(1, con.size("batch"))
+    return splits == 1 and tiles >= PAIRED_MIN_TILES
+
+
 def _desc_fields(mn_major: bool) -> int:
     """The constant bits of a descriptor: leading / stride byte offsets (16-byte units) and
     the 128-byte swizzle mode."""
@@ -124,8 +141,11 @@ def _desc_fields(mn_major: bool) -> int:
 
 
 def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | None = None,
-                      stages: int | None = None) -> tuple[str, tuple, tuple, int]:
-    """(gpu.module text, grid, block, dynamic shared bytes) of the wgmma kernel."""
+                      stages: int | None = None, blocks_per_sm: int = 1
+                      ) -> tuple[str, tuple, tuple, int]:
+    """(gpu.module text, grid, block, dynamic shared bytes) of the wgmma kernel;
+    ``blocks_per_sm`` 2: the kernel declares two resident blocks an SM (see
+    :func:`paired_blocks`)."""
     bn = bn or n_tile(con)
     stages = stages or STAGES
     assert bn in (128, 256) and stages >= 3
@@ -270,7 +290,7 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
         _staged_epilogue(t, k, batch, cells, sm, sm_type, tid, m0, n0, bn)
     else:
         _epilogue(k, t, batch, cells, pairs=True)
-    text = _module(name, _signature(con, None, THREADS, splits), t)
+    text = _module(name, _signature(con, None, THREADS, splits, blocks_per_sm), t)
     grid = (-(-N // bn), -(-M // BM), max(1, con.size("batch")) * splits)
     return text, grid, (THREADS, 1, 1), total + 1024
 

@@ -70,6 +70,7 @@ latch-form-contraction-kernels, latch-form-kernels)'``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from latch.errors import PipelineError
@@ -775,14 +776,19 @@ def workspace_type(con: Contraction, splits: int) -> str:
     return f"memref<{shape}xf32>"
 
 
-def _signature(con: Contraction, workgroup: str | None, threads: int, splits: int = 1) -> str:
+def _signature(con: Contraction, workgroup: str | None, threads: int, splits: int = 1,
+               blocks_per_sm: int = 1) -> str:
+    """The kernel's ``gpu.func`` line; ``blocks_per_sm`` > 1 asks the PTX assembler for
+    that many resident blocks an SM (``nvvm.minctasm``: ``.minnctapersm``, which caps the
+    registers a thread at 65536 / (threads x blocks))."""
     c_type = con.c.type if splits == 1 else workspace_type(con, splits)
     args = [f"%I{i}: {v.type}" for i, v in enumerate(con.inputs)] + [f"%C: {c_type}"]
     args += [f"%X{i}: {v.type}" for i, v in enumerate(con.captured)]
     attributions = f"workgroup({workgroup}) " if workgroup else ""
+    occupancy = f", nvvm.minctasm = {blocks_per_sm} : i32" if blocks_per_sm > 1 else ""
     return (f"gpu.func @{KERNEL}({', '.join(args)}) "
             f"{attributions}kernel attributes "
-            f"{{known_block_size = array<i32: {threads}, 1, 1>}} {{")
+            f"{{known_block_size = array<i32: {threads}, 1, 1>{occupancy}}} {{")
 
 
 def _epilogue(k: _Kernel, t: _Text, batch: dict, cells, pairs: bool = False) -> None:
@@ -1378,8 +1384,16 @@ class FormContractionKernels(ModulePass):
     #: (epilogue_readers.prefetch_rows); off by default: measured slower on an H100
     #: (TinyMoE B32 57.22 vs 56.85 ms, the products' time +0.47 ms)
     epilogue_prefetch: bool = False
+    #: 2: the large wgmma products (contraction_wgmma.paired_blocks) as two resident
+    #: blocks an SM, 128 x 128 tiles in three stages, so that one block's epilogue
+    #: overlaps the other's multiplies; 1: one block an SM, 128 x 256 (or 128) tiles in
+    #: four stages
+    blocks_per_sm: int = 1
 
     def __post_init__(self):
+        if self.blocks_per_sm not in (1, 2):
+            raise PipelineError(
+                f"pass '{self.name}': blocks-per-sm={self.blocks_per_sm} is not 1 or 2")
         if self.gather_walk not in one_hot_gather.WALKS:
             raise PipelineError(
                 f"pass '{self.name}': gather-walk={self.gather_walk} is not one of "
@@ -1463,6 +1477,9 @@ class FormContractionKernels(ModulePass):
                 make = _wide_mma_kernel_text
             if wgmma:                # its slices come from a cost model, not from the grid
                 splits = wg.tiling(con)[1]
+                if self.blocks_per_sm == 2 and wg.paired_blocks(con, splits):
+                    make = functools.partial(make, bn=wg.PAIRED_BN, stages=wg.PAIRED_STAGES,
+                                             blocks_per_sm=2)
                 text, grid, block, shared = make(con, name, splits)
             else:
                 text, grid, block, shared = make(con, name)

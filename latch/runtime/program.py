@@ -815,7 +815,9 @@ def make_launches(specs: list[dict], modules: dict, resolve,
                   dependent: bool = False) -> list["_Launch"]:
     """The launch objects of a manifest launch list: each kernel looked up in its loaded
     module, dynamic shared memory above 48 KiB opted into; ``dependent``: launched with
-    programmatic stream serialization (every kernel begins with griddepcontrol.wait)."""
+    programmatic stream serialization (every kernel begins with griddepcontrol.wait).
+    Such a kernel also prefers the largest shared-memory carveout, so that a kernel
+    declaring two resident blocks an SM (``.minnctapersm 2``, 97 KiB each) gets them."""
     launches = []
     for ls in specs:
         module = modules.get(ls["module"])
@@ -828,6 +830,9 @@ def make_launches(specs: list[dict], modules: dict, resolve,
             drv.call("cuFuncSetAttribute", fn,
                      d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                      shared, what=ls["module"])
+            drv.call("cuFuncSetAttribute", fn, d.CUfunction_attribute.
+                     CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100,
+                     what=ls["module"])
         launches.append(_Launch(ls, fn, resolve, dependent))
     return launches
 

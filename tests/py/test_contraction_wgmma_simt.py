@@ -408,3 +408,61 @@ def test_tiles_past_a_short_factor_read_nothing(monkeypatch, sizes, a_idx, b_idx
     operand = bound[0 if short == "a" else 1]
     n_elements = sizes["k"] * sizes["n" if short == "b" else "m"]
     assert reads[id(operand.mem)] == blocks * n_elements
+
+
+@pytest.mark.parametrize("m,k,n", [(200, 320, 264), (256, 64, 128)],
+                         ids=["edges-five-k-tiles", "whole-tiles-one-k-tile"])
+def test_paired_blocks_kernel(monkeypatch, m, k, n):
+    """``blocks-per-sm=2``: a product with enough tiles (here the threshold lowered to one
+    tile) becomes 128 x 128 tiles in three stages declaring two resident blocks an SM
+    (``nvvm.minctasm``, 97 KiB of shared memory); its rounded output (every stage reused
+    over five k-tiles, edge tiles) still equals the f32 sums rounded to bf16 (up to order).
+    Without the option, or under the threshold, the one-block kernel."""
+    import torch
+
+    import latch.passes.contraction_wgmma as wg
+    from simt import Simt
+    from test_contraction_simt import ROUNDED, _bf16, run_pass
+
+    text = (ROUNDED.replace("96x80", f"{m}x{k}").replace("80x72", f"{k}x{n}")
+            .replace("96x72", f"{m}x{n}")
+            .replace("latch.offset = 32768", f"latch.offset = {m * n * 4}"))
+    paired = "{chip=sm_90a blocks-per-sm=2}"
+    mod, _ = run_pass(text, paired)              # under the threshold: one block an SM
+    assert "nvvm.minctasm" not in str(mod)
+    monkeypatch.setattr(wg, "PAIRED_MIN_TILES", 1)
+    mod, ctx = run_pass(text, paired)
+    kernel = str(mod).split("gpu.module", 1)[1]
+    assert "nvvm.minctasm = 2" in kernel and "n = 128" in kernel and "n = 256" not in kernel
+    (launch,) = _launches(mod)
+    assert launch[1] == (-(-n // 128), -(-m // 128), 1)
+    assert "nvvm.cp.async.wait.group 0" in kernel          # three stages: one tile ahead
+    g = torch.Generator().manual_seed(7)
+    a = _bf16(torch.randn(m, k, generator=g, dtype=torch.float64))
+    b = _bf16(torch.randn(k, n, generator=g, dtype=torch.float64))
+    with ctx:
+        (got,) = Simt(mod).run([a.numpy(), b.numpy()])
+    got = torch.from_numpy(np.asarray(got, np.float64))
+    ref = (a @ b).float().bfloat16().double()
+    assert torch.equal(got, got.bfloat16().double())
+    err = float((got - ref).norm() / ref.norm())
+    assert err < 2e-3, err
+
+
+def test_paired_blocks_rule():
+    """Which products pair: no k slices and four waves of two blocks (1,056 tiles of
+    128 x 128) — B32's large products, not B2's experts nor split weight gradients."""
+    import latch.passes.contraction_wgmma as wg
+
+    class Con:
+        def __init__(self, m, n, batch=0):
+            self.sizes = {"m": m, "n": n, "batch": batch}
+
+        def size(self, group):
+            return self.sizes[group]
+
+    assert wg.paired_blocks(Con(10240, 1024, 8), 1)       # B32's expert products
+    assert wg.paired_blocks(Con(32768, 768), 1)           # its attention out projection
+    assert not wg.paired_blocks(Con(640, 1024, 8), 1)     # B2's experts: 320 tiles
+    assert not wg.paired_blocks(Con(32768, 768), 2)       # k slices
+    assert wg.PAIRED_STAGES * (wg.BM + wg.PAIRED_BN) * 128 + 1024 <= 228 * 1024 // 2 - 1024
