@@ -235,6 +235,8 @@ class Module:
         d = driver()
         self.device, self.name = device, name
         data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+        #: its kernels declare several resident blocks an SM (``.minnctapersm``)
+        self.paired = b".minnctapersm" in data
         if not data.endswith(b"\0"):
             data += b"\0"
         self._image = np.frombuffer(data, dtype=np.uint8).copy()

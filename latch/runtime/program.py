@@ -816,8 +816,9 @@ def make_launches(specs: list[dict], modules: dict, resolve,
     """The launch objects of a manifest launch list: each kernel looked up in its loaded
     module, dynamic shared memory above 48 KiB opted into; ``dependent``: launched with
     programmatic stream serialization (every kernel begins with griddepcontrol.wait).
-    Such a kernel also prefers the largest shared-memory carveout, so that a kernel
-    declaring two resident blocks an SM (``.minnctapersm 2``, 97 KiB each) gets them."""
+    A kernel declaring several resident blocks an SM (``.minnctapersm``: the paired
+    contraction kernels, 97 KiB each) also asks for the largest shared-memory carveout,
+    so that they fit."""
     launches = []
     for ls in specs:
         module = modules.get(ls["module"])
@@ -830,9 +831,10 @@ def make_launches(specs: list[dict], modules: dict, resolve,
             drv.call("cuFuncSetAttribute", fn,
                      d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                      shared, what=ls["module"])
-            drv.call("cuFuncSetAttribute", fn, d.CUfunction_attribute.
-                     CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100,
-                     what=ls["module"])
+            if getattr(module, "paired", False):
+                drv.call("cuFuncSetAttribute", fn, d.CUfunction_attribute.
+                         CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100,
+                         what=ls["module"])
         launches.append(_Launch(ls, fn, resolve, dependent))
     return launches
 
