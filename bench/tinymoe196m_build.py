@@ -172,6 +172,7 @@ OFF_SWITCHES = {
     "twoblocks": ("latch-form-kernels", "latch-form-contraction-kernels", "blocks-per-sm=2"),
     "chunkstores": ("latch-form-kernels", "latch-wrap-host-compute", "loads-first=false"),
     "partrows": ("latch-form-kernels", "latch-wrap-host-compute", "whole-rows=false"),
+    "keptrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-rows=true"),
     "splitloss": ("latch-bufferize", "latch-hoist-row-readers", None),
     "castsperstep": ("latch-bufferize", "latch-carry-casts", None),
     "heldrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-chunks=16"),

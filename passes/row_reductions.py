@@ -90,6 +90,7 @@ import re
 
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import hoist_definition, root as _root
+from latch.passes.forward_loads import forward_loads
 from latch.passes.form_contraction_kernels import match_contraction, zeroing_ops, \
     zeroing_value
 from latch.passes.generic_body import (accumulation, all_parallel, apply_body,
@@ -288,7 +289,8 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
                                column_bytes: int = COLUMN_BYTES,
                                row_readers: bool = True, row_writers: bool = True,
                                in_place_readers: bool = True, fold_zeros: bool = True,
-                               loads_first: bool = True, whole_rows: bool = True) -> int:
+                               loads_first: bool = True, whole_rows: bool = True,
+                               held_rows: bool = False) -> int:
     """Replace every matching row reduction in ``body`` (a function body) by a cooperative
     ``gpu.launch`` (with ``finish``, its elementwise reader too: :func:`_finalizer`, and
     with ``row_readers`` also the next op reading the totals row by row:
@@ -297,7 +299,8 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
     :func:`_row_writer`; with ``fold_zeros`` totals zero-filled right before the reduction
     (:func:`~latch.passes.form_contraction_kernels.zeroing_ops`) start from the constant and
     the fill goes; ``few_rows_unroll``, ``whole_rows``: see :func:`_unroll_of`;
-    ``loads_first``: see :func:`_loads_before_stores`; ``whole_waves``: see
+    ``loads_first``: see :func:`_loads_before_stores`; ``held_rows``: a reader of rows
+    walked whole takes the first pass's loads (passes/forward_loads.py); ``whole_waves``: see
     :func:`column_splits`; ``column_bytes``: :func:`column_tile`); returns how many were
     replaced.  Row reductions first, then column reductions (a column reduction between a
     row reduction and its writer may move after their launch: :func:`_row_writer`)."""
@@ -326,7 +329,7 @@ def cooperative_row_reductions(body, finish: bool = True, chunks: bool = True,
         zeroing = zeroing_ops(op, list(op.operands)[-1]) if fold_zeros else None
         _emit(op, found, ops[at] if at is not None else None, chunks, few_rows_unroll,
               reader, writer, zeroing_value(zeroing) if zeroing else None,
-              loads_first, whole_rows)
+              loads_first, whole_rows, held_rows)
         for o in zeroing or ():
             erased.update([i for i, x in enumerate(ops) if i not in erased and x == o])
             o.erase()
@@ -906,12 +909,15 @@ def _write_chunk(writer: RowWriter, info, here, v: int) -> list:
 
 
 def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNROLL,
-                     loads_first: bool = False):
+                     loads_first: bool = False, inline: bool = False):
     """Combine elements ``start, start + step, ... < n`` (in that order, one chain) into
     ``init``: a loop unrolled ``unroll`` times over the part every thread walks the same
     number of times, then a remainder loop.  With ``init`` None nothing is carried
     (``element(k, None)`` returns None: a loop of stores).  ``loads_first``: the unrolled
-    copies' loads ahead of their stores (:func:`_loads_before_stores`)."""
+    copies' loads ahead of their stores (:func:`_loads_before_stores`).  ``inline``, when
+    the unrolled copies are every element (``n == step * unroll``, ``0 <= start <
+    step``: one trip for every thread): the copies straight in the current block, no loop
+    (so that :func:`~latch.passes.forward_loads.forward_loads` sees them)."""
     from mlir import ir
     from mlir.dialects import scf
 
@@ -920,6 +926,18 @@ def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNR
     n_main = (n // per) * per
     acc = init
     carried = [] if init is None else [init]
+    if inline and n == per:
+        block = ir.InsertionPoint.current.block
+        copies = []
+        for j in range(unroll):
+            at = len(list(block.operations))
+            kj = start if j == 0 else ir.Operation.create(
+                "arith.addi", [index], [start, index_constant(j * step)]).result
+            acc = element(kj, acc)
+            copies.append([_op(o) for o in list(block.operations)[at:]])
+        if loads_first:
+            _loads_before_stores(copies)
+        return acc
     if n_main:
         loop = scf.ForOp(start, index_constant(n_main), index_constant(per), carried)
         with ir.InsertionPoint(loop.body):
@@ -1087,7 +1105,8 @@ def _unroll_of(n_blocks: int, per_block: int, few_rows_unroll: int, trips: int,
 
 def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
           reader: RowReader | None = None, writer: RowWriter | None = None,
-          zero=None, loads_first: bool = True, whole_rows: bool = True) -> None:
+          zero=None, loads_first: bool = True, whole_rows: bool = True,
+          held_rows: bool = False) -> None:
     from mlir import ir
     from mlir.dialects import gpu, scf
 
@@ -1129,12 +1148,19 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
             v = _row_chunk(op, info, group) if chunks else 1
         unroll = _unroll_of(-(-n_out // per_block), per_block, few_rows_unroll,
                             n_red // (group * v), whole_rows and n_red % (group * v) == 0)
+        # a row walked whole by both passes without loops (at most 2 x _UNROLL chunks a
+        # lane): the reader's loads are the first pass's (forward_loads), in registers
+        # instead of read again
+        hold = held_rows and reader is not None and reader.v == v and \
+            n_red % (group * v) == 0 and n_red // (group * v) <= 2 * _UNROLL
+        if hold:
+            unroll = n_red // (group * v)
         if v > 1:                   # lane l: chunks of v from v*l on, 16 bytes a load
             first = ir.Operation.create("arith.muli", [index],
                                         [lane, index_constant(v)]).result
             partial = _strided_partial(first, n_red, group * v, start,
                                        _chunk_fn(op, info, dims, v, writer), unroll,
-                                       loads_first)
+                                       loads_first, hold)
         else:
             partial = _strided_partial(lane, n_red, group, start, _element_fn(op, info, dims),
                                        unroll, loads_first)
@@ -1162,7 +1188,9 @@ def _emit(op, info, finish=None, chunks: bool = True, few_rows_unroll: int = 0,
                 scf.YieldOp([total])
             stored = _from_first_lane(store.results[0], lane, group)
             values = [stored] + ([apply_body(finish, stored)] if finish is not None else [])
-            _emit_reader(reader, info, dims, lane, group, values, unroll, loads_first)
+            _emit_reader(reader, info, dims, lane, group, values, unroll, loads_first, hold)
+            if hold:
+                forward_loads(ir.InsertionPoint.current.block)
         if guard:
             scf.YieldOp([])
     with ir.InsertionPoint(lb), op.location:
@@ -1193,7 +1221,8 @@ def _from_first_lane(value, lane, group: int):
 
 
 def _emit_reader(reader: RowReader, info, dims, lane, group: int, values,
-                 unroll: int = _UNROLL, loads_first: bool = True) -> None:
+                 unroll: int = _UNROLL, loads_first: bool = True,
+                 inline: bool = False) -> None:
     """The reader's body for the row at the parallel indices in ``dims``: lane ``lane`` of
     the row's ``group`` lanes takes chunks of ``reader.v`` consecutive elements ``v*lane,
     v*(lane + group), ...`` (the reduction elements' order, last loop fastest), reading the
@@ -1245,7 +1274,7 @@ def _emit_reader(reader: RowReader, info, dims, lane, group: int, values,
     start = ir.Operation.create("arith.muli", [index], [lane, index_constant(v)]).result \
         if v > 1 else lane
     _strided_partial(start, n_red, group * v, None, chunk,
-                     unroll if n_red % (group * v) == 0 else _UNROLL, loads_first)
+                     unroll if n_red % (group * v) == 0 else _UNROLL, loads_first, inline)
 
 
 def block_all_reduce(value, kind: str):

@@ -215,6 +215,10 @@ class WrapHostCompute(ModulePass):
     #: (row_reductions._unroll_of; a 768-wide f32 row: 6 chunks a lane); false: 4 copies
     #: and a remainder loop
     whole_rows: bool = True
+    #: a row kernel's reader (RMSNorm's backward after its row sums) whose lanes walk
+    #: the row whole in both passes takes the first pass's loaded values instead of
+    #: loading them again (passes/forward_loads.py); false: read again (from L1 / L2)
+    held_rows: bool = False
 
     def apply(self, module) -> None:
         for func_op in function_definitions(module):
@@ -239,7 +243,7 @@ class WrapHostCompute(ModulePass):
                                            self.column_bytes, self.row_readers,
                                            self.row_writers, self.in_place_readers,
                                            self.fold_zeros, self.loads_first,
-                                           self.whole_rows)
+                                           self.whole_rows, self.held_rows)
                 parallel_full_reductions(body, self.reduce_threads, self.chunks,
                                           self.last_block_sums)
             _wrap(body)

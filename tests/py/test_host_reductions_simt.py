@@ -998,3 +998,78 @@ def test_class_sums_one_thread_per_row_of_classes(on):
         got = np.asarray(sim.arguments[3])
     ref = o + np.einsum("bk,tkc->btc", L, (x[:, :, None] == s[None, None, :]).astype(np.int64))
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("cols", [768, 64])
+def test_held_rows_take_the_first_pass_loads(cols):
+    """``held-rows``: the norm backward's launch (the test above) with its rows walked
+    whole (768 columns: 6 chunks of 4 a lane; 64: one chunk of 8 lanes' 8) has no loops,
+    and the reader's loads of the rows the row sums read (x, w) are the first pass's
+    values (passes/forward_loads.py): fewer loads in the launch, the same bits as with the
+    rows read again."""
+    text = NORM_BACKWARD_WRITTEN.replace("COLS", str(cols))
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((64, cols)).astype(np.float32),
+            rng.standard_normal((64, cols)).astype(np.float32),
+            torch.from_numpy(rng.standard_normal((64, cols))).bfloat16().float().numpy(),
+            rng.standard_normal(cols).astype(np.float32),
+            rng.uniform(0.5, 2, 64).astype(np.float32),
+            rng.standard_normal((64, cols)).astype(np.float32),
+            rng.standard_normal(cols).astype(np.float32),
+            np.zeros((64, cols), np.float32), np.zeros((64, cols), np.float32)]
+    hosts, outs = _with_and_without(text, "held-rows", args)
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a, b)
+
+    def reader_loads(host):
+        """The launch's loads after the row total's store (the reader's), and whether it
+        has loops."""
+        launch = host.split("gpu.launch ")[1].split("gpu.terminator")[0]
+        ops = re.findall(r"(?:vector|memref)\.(?:load|store) [^\n]*", launch)
+        total = next(i for i, o in enumerate(ops) if "memref.store" in o and "xf32>" in o
+                     and re.search(r"\[%\w+\] : memref<64xf32>", o))
+        return [o for o in ops[total:] if "load" in o], "scf.for" in launch
+
+    (held, held_loops), (again, _) = reader_loads(hosts[True]), reader_loads(hosts[False])
+    assert not held_loops
+    # x (%arg0) and w (%arg3), which the row sums read, are not loaded again when held
+    assert any("%arg0[" in o for o in again) and any("%arg3[" in o for o in again)
+    assert not any("%arg0[" in o or "%arg3[" in o for o in held), held
+    assert any("%arg5[" in o for o in held)        # dx, read in place, still loaded
+
+
+def test_forward_loads_stops_at_a_store_that_may_write_the_buffer():
+    """forward_loads keeps an earlier load only while nothing in between may write its
+    buffer: a store to the same buffer (or one nested in an scf.if) forgets it, a store to
+    another buffer does not; a repeated pure op is replaced by the first."""
+    from latch.passes.forward_loads import forward_loads
+
+    text = """
+func.func @main(%a: memref<8xf32>, %b: memref<8xf32>, %c: i1) {
+  %i = arith.constant 1 : index
+  %x0 = memref.load %a[%i] : memref<8xf32>
+  memref.store %x0, %b[%i] : memref<8xf32>
+  %j = arith.constant 1 : index
+  %x1 = memref.load %a[%j] : memref<8xf32>
+  scf.if %c {
+    memref.store %x1, %a[%i] : memref<8xf32>
+  }
+  %x2 = memref.load %a[%i] : memref<8xf32>
+  %y = arith.addf %x0, %x1 : f32
+  %z = arith.addf %y, %x2 : f32
+  memref.store %z, %b[%i] : memref<8xf32>
+  return
+}"""
+    from mlir import ir
+
+    import latch.dialect
+
+    ctx = ir.Context()
+    latch.dialect.load(ctx)
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0]
+        assert forward_loads(f.regions[0].blocks[0]) == 1
+        out = str(m)
+    assert out.count("memref.load") == 2 and out.count("arith.constant") == 1
+    assert "arith.addf %0, %0" in out or out.count("arith.addf") == 2

@@ -1,0 +1,104 @@
+"""Loads of straight-line kernel code answered by an earlier load of the same element
+(part of ``latch-wrap-host-compute``, option ``held-rows``: passes/row_reductions.py).
+
+A row kernel whose lanes walk their whole row without a loop (``whole-rows``: a 768-wide
+f32 row is 6 chunks of 4 a lane) reads each chunk twice: once for the row's total, once
+more for the elementwise reader that needs the total (RMSNorm's backward ``dx += g * w *
+rstd - x * rstd^3 * sum / n`` after the row sums of ``g * w * x``); the second read comes
+from L1 or L2, but it is as many load instructions again — and a chunk's per-row inputs
+(the rstd, a router gradient's 8 entries) are loaded again for every chunk.
+:func:`forward_loads` keeps the first loaded value instead:
+
+1. *value numbering*: a pure op (``arith``, ``math``, ``affine.apply``, ``index``,
+   ``vector.extract`` / ``from_elements`` / ``broadcast``, the thread and block ids) with
+   the same name, operands, attributes and result types as an earlier one in the block is
+   replaced by it — so the second walk's index arithmetic becomes the first walk's values;
+2. *load forwarding*: a ``memref.load`` / ``vector.load`` with the same operands and
+   result type as an earlier one is replaced by it, unless a store in between (at the top
+   level of the block or nested in an op's regions: the ``scf.if`` that stores a row's
+   total) may write a byte of its buffer (:func:`~latch.passes.buffer_views.
+   may_share_bytes`: views of one allocation, overlapping planned slots).  Any other op
+   that may write memory, or a barrier (other threads' writes become visible), forgets
+   every load.
+
+Only the block's own ops are numbered (not those nested in regions), in order, so every
+value kept dominates the uses it takes over.  A lane's loads never read what another lane
+of the kernel writes (the row kernels' own condition), so keeping a value across another
+lane's stores is what the original kernel read too.
+"""
+from __future__ import annotations
+
+from latch.passes.base import operation as _op
+from latch.passes.buffer_views import may_share_bytes
+
+_PURE_PREFIXES = ("arith.", "math.", "index.")
+_PURE = ("affine.apply", "vector.extract", "vector.from_elements", "vector.broadcast",
+         "vector.splat", "vector.bitcast", "vector.shape_cast", "gpu.thread_id",
+         "gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.lane_id")
+_LOADS = ("memref.load", "vector.load")
+_STORES = {"memref.store": 1, "vector.store": 1}       # op -> operand number of the buffer
+#: ops that write no memory and order nothing across threads
+_QUIET = ("gpu.shuffle", "scf.yield", "gpu.yield", "gpu.terminator")
+
+
+def _key(op) -> tuple:
+    attrs = tuple(sorted((name, str(op.attributes[name])) for name in op.attributes))
+    return (op.name, tuple(op.operands), attrs, tuple(str(r.type) for r in op.results))
+
+
+def _written(op):
+    """The buffers ``op`` or anything nested in it stores to; None when it may write
+    memory some other way, or orders other threads' writes (a barrier)."""
+    out = []
+    todo = [op]
+    while todo:
+        o = todo.pop()
+        if o.name in _STORES:
+            out.append(o.operands[_STORES[o.name]])
+        elif o.name in _LOADS or o.name in _QUIET or o.name in _PURE or \
+                o.name.startswith(_PURE_PREFIXES) or o.name in ("scf.if", "scf.for"):
+            pass
+        else:
+            return None
+        for region in o.regions:
+            for block in region.blocks:
+                todo.extend(_op(x) for x in block.operations)
+    return out
+
+
+def forward_loads(block) -> int:
+    """Value-number the pure ops and forward the loads of ``block`` (see the module);
+    returns how many loads were answered by earlier ones."""
+    pure: dict = {}
+    loads: dict = {}
+    forwarded = 0
+    for op in [_op(o) for o in block.operations]:
+        name = op.name
+        if not op.regions and (name in _PURE or name.startswith(_PURE_PREFIXES)):
+            key = _key(op)
+            if key in pure:
+                for old, new in zip(op.results, pure[key]):
+                    old.replace_all_uses_with(new)
+                op.erase()
+            else:
+                pure[key] = list(op.results)
+            continue
+        if name in _LOADS and not op.regions:
+            key = _key(op)
+            if key in loads:
+                op.results[0].replace_all_uses_with(loads[key])
+                op.erase()
+                forwarded += 1
+            else:
+                loads[key] = op.results[0]
+            continue
+        if name in _QUIET:
+            continue
+        written = _written(op)
+        if written is None:
+            loads.clear()
+            continue
+        for buf in written:
+            for key in [k for k in loads if may_share_bytes(k[1][0], buf)]:
+                del loads[key]
+    return forwarded
