@@ -17,9 +17,11 @@ from L1 or L2, but it is as many load instructions again — and a chunk's per-r
    result type as an earlier one is replaced by it, unless a store in between (at the top
    level of the block or nested in an op's regions: the ``scf.if`` that stores a row's
    total) may write a byte of its buffer (:func:`~latch.passes.buffer_views.
-   may_share_bytes`: views of one allocation, overlapping planned slots).  Any other op
-   that may write memory, or a barrier (other threads' writes become visible), forgets
-   every load.
+   may_share_bytes`: views of one allocation, overlapping planned slots); a load of what
+   a store at the block's top level wrote (same buffer, same indices, the stored type)
+   is replaced by the stored value — the row kernels' reader reading back the chunks its
+   lane's writer stored (the residual add before RMSNorm).  Any other op that may write
+   memory, or a barrier (other threads' writes become visible), forgets every load.
 
 Only the block's own ops are numbered (not those nested in regions), in order, so every
 value kept dominates the uses it takes over.  A lane's loads never read what another lane
@@ -44,6 +46,43 @@ _QUIET = ("gpu.shuffle", "scf.yield", "gpu.yield", "gpu.terminator")
 def _key(op) -> tuple:
     attrs = tuple(sorted((name, str(op.attributes[name])) for name in op.attributes))
     return (op.name, tuple(op.operands), attrs, tuple(str(r.type) for r in op.results))
+
+
+def _load_key(name: str, operands, value_type) -> tuple:
+    """A load's key: its kind, buffer and indices, the loaded type (alignment aside)."""
+    return (name, tuple(operands), str(value_type))
+
+
+def _offset(value) -> tuple:
+    """(base, constant): ``value`` as ``base + constant`` (an ``arith.addi`` of a constant),
+    else (value, 0)."""
+    owner = value.owner
+    if not hasattr(owner, "arguments") and _op(owner).name == "arith.addi":
+        for a, b in (tuple(_op(owner).operands), tuple(reversed(_op(owner).operands))):
+            if not hasattr(b.owner, "arguments") and _op(b.owner).name == "arith.constant":
+                return a, _op(b.owner).attributes["value"].value
+    return value, 0
+
+
+def _width(value_type) -> int:
+    from mlir import ir
+
+    return ir.VectorType(value_type).shape[-1] if str(value_type).startswith("vector<") else 1
+
+
+def _apart(key, buf, where, value_type) -> bool:
+    """Whether the load ``key`` and a store to ``buf`` at ``where`` of ``value_type`` touch
+    different elements for certain: the same buffer, the same indices but the last, which
+    differ by a constant at least as large as the wider access."""
+    _, (kbuf, *kidx), ktype = key
+    if kbuf != buf or len(kidx) != len(where) or kidx[:-1] != list(where[:-1]):
+        return False
+    (b1, c1), (b2, c2) = _offset(kidx[-1]), _offset(where[-1])
+    if b1 != b2:
+        return False
+    from mlir import ir
+
+    return abs(c1 - c2) >= max(_width(ir.Type.parse(ktype)), _width(value_type))
 
 
 def _written(op):
@@ -84,7 +123,7 @@ def forward_loads(block) -> int:
                 pure[key] = list(op.results)
             continue
         if name in _LOADS and not op.regions:
-            key = _key(op)
+            key = _load_key(name, op.operands, op.results[0].type)
             if key in loads:
                 op.results[0].replace_all_uses_with(loads[key])
                 op.erase()
@@ -98,7 +137,17 @@ def forward_loads(block) -> int:
         if written is None:
             loads.clear()
             continue
-        for buf in written:
-            for key in [k for k in loads if may_share_bytes(k[1][0], buf)]:
+        if name in _STORES:          # a store at the top level: its indices are known
+            value, buf, *where = op.operands
+            for key in [k for k in loads if may_share_bytes(k[1][0], buf) and
+                        not _apart(k, buf, where, value.type)]:
                 del loads[key]
+        else:
+            for buf in written:
+                for key in [k for k in loads if may_share_bytes(k[1][0], buf)]:
+                    del loads[key]
+        if name in _STORES:          # what it stored is what a load there would read
+            value, *where = op.operands
+            kind = "vector.load" if name == "vector.store" else "memref.load"
+            loads[_load_key(kind, where, value.type)] = value
     return forwarded
