@@ -226,6 +226,7 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
     launches = []
     touched = []          # per launch: the byte ranges its buffer arguments can address
     touched_args = []     # per launch: the kernel argument number of each of those ranges
+    touched_lanes = []    # per launch: each range's strided rows (_lanes) or None
     collectives = []
     arena_seen = False
     flag = None           # latch-nonfinite-checks' flag: its writes commute (no ordering)
@@ -267,10 +268,11 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
         elif n == "memref.dealloc":
             continue
         elif n == "gpu.launch_func":
-            launch, ranges, arg_numbers = _launch(op, consts, loc, span, name, flag)
+            launch, ranges, arg_numbers, lanes = _launch(op, consts, loc, span, name, flag)
             launches.append(launch)
             touched.append(ranges)
             touched_args.append(arg_numbers)
+            touched_lanes.append(lanes)
         elif n == "latch.all_reduce" and len(op.operands) == 1 and not len(op.results):
             collectives.append(_collective(op, loc, len(launches), name))
         else:
@@ -306,16 +308,19 @@ def extract_launch_schedule(module, entry: str | None = None) -> dict:
         kernels = _kernel_functions(module)
         written: dict = {}
         accesses = []
-        for launch, ranges, arg_numbers in zip(launches, touched, touched_args):
+        for launch, ranges, arg_numbers, lanes in zip(launches, touched, touched_args,
+                                                      touched_lanes):
             key_ = (launch["module"], launch["kernel"])
             if key_ not in written:
                 fn = kernels.get(key_)
                 written[key_] = written_arguments(fn) if fn is not None else None
             w = written[key_]
-            accesses.append([r + (w is None or w[a],) for r, a in zip(ranges, arg_numbers)])
+            accesses.append([r + (w is None or w[a],) + ((ln,) if ln else ())
+                             for r, a, ln in zip(ranges, arg_numbers, lanes)])
         for launch, after, ranges in zip(launches, launch_dependencies(accesses), accesses):
             launch["after"] = after
-            launch["touches"] = [[space, lo, hi, write] for space, lo, hi, write in ranges]
+            launch["touches"] = [list(r[:4]) + ([list(r[4])] if len(r) > 4 else [])
+                                 for r in ranges]
 
     schedule = {"entry": name, "arena_bytes": extra, "planned_arena_bytes": planned,
                 "alignment": ALIGNMENT,
@@ -395,7 +400,7 @@ def _view_shift(op, consts) -> int:
 
 def _launch(op, consts, loc, span, fname, unordered=None) -> dict:
     """(the launch's manifest entry, the byte ranges of its buffer arguments, their argument
-    numbers); ``unordered``: a buffer whose ranges are left out (latch-nonfinite-checks'
+    numbers, their strided rows: :func:`_lanes`); ``unordered``: a buffer whose ranges are left out (latch-nonfinite-checks'
     flag: every write stores the same 0, so launches need no order for it)."""
     from mlir import ir
 
@@ -426,7 +431,7 @@ def _launch(op, consts, loc, span, fname, unordered=None) -> dict:
                              f"beyond what CUDA allows (grid ≤ {list(_GRID_LIMITS)}, block ≤ "
                              "[1024, 1024, 64] and 1024 threads); the kernel former that made "
                              "it must tile differently")
-    args, ranges, arg_numbers = [], [], []
+    args, ranges, arg_numbers, lanes = [], [], [], []
     for i, v in enumerate(view.kernelOperands):
         if isinstance(v.type, ir.MemRefType):
             if v not in loc:
@@ -437,6 +442,7 @@ def _launch(op, consts, loc, span, fname, unordered=None) -> dict:
             if unordered is None or v != unordered:
                 ranges.append(_addressed(a, v.type))
                 arg_numbers.append(i)
+                lanes.append(_lanes(a, v.type))
             a["type"] = "ptr"
             args.append(a)
         elif v in consts:
@@ -450,7 +456,7 @@ def _launch(op, consts, loc, span, fname, unordered=None) -> dict:
     arg_bytes = sum(hi - lo for _, lo, hi in ranges)
     return {"module": mod, "kernel": fn, "grid": grid, "block": block,
             "shared_bytes": shared_bytes, "args": args, "arg_bytes": arg_bytes}, \
-        ranges, arg_numbers
+        ranges, arg_numbers, lanes
 
 
 def _kernel_functions(module) -> dict:
@@ -487,6 +493,36 @@ def _addressed(a: dict, t) -> tuple[str, int, int]:
     lo = offset + sum((d - 1) * s for d, s in zip(mt.shape, strides) if s < 0)
     hi = offset + sum((d - 1) * s for d, s in zip(mt.shape, strides) if s > 0)
     return space, base + lo * eb, base + (hi + 1) * eb
+
+
+def _lanes(a: dict, t) -> tuple | None:
+    """(period, first, width) in bytes when a memref argument (base pointer location ``a``)
+    addresses rows of ``width`` contiguous bytes ``period`` bytes apart with a gap between
+    them — a strided view such as the query part of a fused ``[tokens, 3, heads, dim]``
+    buffer — ``first`` the offset of its first byte in its space modulo ``period``
+    (latch.runtime.dependencies); None otherwise."""
+    from mlir import ir
+
+    mt = ir.MemRefType(t)
+    strides, offset = mt.get_strides_and_offset()
+    dims = sorted((s, d) for d, s in zip(mt.shape, strides) if d != 1)
+    if not dims or any(s <= 0 for s, _ in dims):
+        return None
+    inner = 1                                  # contiguous elements at the innermost dims
+    while dims and dims[0][0] == inner:
+        inner *= dims.pop(0)[1]
+    if not dims:
+        return None
+    period, count = dims[0][0], 1
+    for s, d in dims:                          # the rest: one uniform row pitch
+        if s != period * count:
+            return None
+        count *= d
+    if period <= inner:
+        return None
+    eb = dtype_bytes(dtype_name(mt.element_type))
+    base = a.get("arena", a.get("byte_offset", 0))
+    return period * eb, (base + offset * eb) % (period * eb), inner * eb
 
 
 def _base_pointer(a: dict, t, span, what: str) -> dict:

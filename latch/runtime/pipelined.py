@@ -86,11 +86,16 @@ def apply_phase_start(launches: list[dict]) -> int | None:
 
 
 def placed(touches: list, at_new: frozenset, slots: dict) -> list[tuple]:
-    """``touches`` (``[space, lo, hi, write]``) as the launch addresses them in placement
-    ``at_new``: each state in it lives in its new-value slot (``slots``: {state: (arena
-    offset, bytes)}) and its new value goes to the state buffer."""
+    """``touches`` (``[space, lo, hi, write]``, optionally with the strided rows
+    ``[period, first, width]``, latch.runtime.dependencies) as the launch addresses them in
+    placement ``at_new``: each state in it lives in its new-value slot (``slots``: {state:
+    (arena offset, bytes)}) and its new value goes to the state buffer (the rows' first
+    byte moved with the range)."""
     out = []
-    for space, lo, hi, write in touches:
+    for touch in touches:
+        space, lo, hi, write = touch[:4]
+        lanes = list(touch[4]) if len(touch) > 4 else None
+        was = lo
         if space.startswith("state "):
             k = int(space.split()[1])
             if k in at_new:
@@ -105,7 +110,9 @@ def placed(touches: list, at_new: frozenset, slots: dict) -> list[tuple]:
                 if lo < a + n and a < hi:
                     raise LatchError(f"a launch addresses bytes {lo}..{hi} of the arena, "
                                      f"across state {k}'s new-value slot {a}..{a + n}")
-        out.append((space, lo, hi, write))
+        if lanes is not None:
+            lanes[1] = (lanes[1] + lo - was) % lanes[0]
+        out.append((space, lo, hi, write) + ((tuple(lanes),) if lanes else ()))
     return out
 
 

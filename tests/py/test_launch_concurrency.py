@@ -68,6 +68,72 @@ def test_disjoint_launches_and_readers_have_no_dependencies():
     assert launch_dependencies(touched) == [[], [], [], [0, 1], [0], [0, 1, 3, 4]]
 
 
+def _bytes(r) -> set:
+    """The bytes a range addresses (its strided rows only, when it has lanes)."""
+    space, lo, hi = r[:3]
+    if len(r) > 4:
+        period, first, width = r[4]
+        return {(space, b) for b in range(lo, hi) if (b - first) % period < width}
+    return {(space, b) for b in range(lo, hi)}
+
+
+def _strided_touches(rng, n: int) -> list:
+    """Random launches mixing whole ranges and strided rows (periods 12 and 16, parts of
+    them), so that the same bytes are reached both ways."""
+    out = []
+    for _ in range(n):
+        ranges = []
+        for _ in range(rng.randint(0, 3)):
+            lo = rng.randrange(0, 96)
+            r = (rng.choice(["arena", "state 0"]), lo, lo + rng.randrange(0, 64),
+                 rng.random() < 0.5)
+            if rng.random() < 0.6:
+                period = rng.choice([12, 16])
+                width = rng.randrange(1, period)
+                r += ((period, rng.randrange(period), width),)
+            ranges.append(r)
+        out.append(ranges)
+    return out
+
+
+def test_strided_rows_order_only_the_lanes_they_share():
+    """Ranges with strided rows (the dQ / dK / dV kernels writing their parts of one fused
+    gradient): every two launches that may write a common byte (brute force over the
+    bytes) are ordered, and no dependency is listed without a shared byte."""
+    rng = random.Random(1)
+    for _ in range(300):
+        touched = _strided_touches(rng, rng.randint(1, 25))
+        deps = launch_dependencies(touched)
+        before = _closure(len(touched), [(d, j) for j, ds in enumerate(deps) for d in ds])
+
+        def conflict(a, b):
+            return any((w or w2) and _bytes(r) & _bytes(q)
+                       for r in a for q in b for w, w2 in [(r[3], q[3])])
+        for j in range(len(touched)):
+            for i in range(j):
+                if conflict(touched[i], touched[j]):
+                    assert i in before[j], (i, j, touched)
+            for d in deps[j]:
+                lanes = [(r[4] if len(r) > 4 else None) for r in touched[d] + touched[j]]
+                if all(x is None for x in lanes):
+                    assert conflict(touched[d], touched[j])
+
+
+def test_the_parts_of_a_fused_gradient_are_written_side_by_side():
+    """dQ and dK/dV write the query and the key and value parts of one [tokens, 3 x 1536
+    bytes] buffer (rows 4608 bytes apart): not ordered with each other; the product that
+    reads the whole buffer after them follows both (and the zero fill, which no strided
+    write covers as a whole: a redundant edge, implied through either)."""
+    W, R = True, False
+    rows = ("arena", 0, 4608 * 4, W)
+    touched = [[rows[:3] + (W,)],                                         # zero fill
+               [("arena", 0, 4608 * 3 + 1536, W, (4608, 0, 1536))],         # dQ
+               [("arena", 1536, 4608 * 3 + 3072, W, (4608, 1536, 1536)),    # dK
+                ("arena", 3072, 4608 * 4, W, (4608, 3072, 1536))],          # dV
+               [("arena", 0, 4608 * 4, R)]]                                 # qkv product
+    assert launch_dependencies(touched) == [[], [0], [0], [0, 1, 2]]
+
+
 def _random_dag(rng, n: int) -> list:
     return [sorted(rng.sample(range(i), rng.randint(0, min(i, 3)))) for i in range(n)]
 

@@ -35,9 +35,16 @@ def _closure(after: list) -> list:
 
 
 def _conflict(a: list, b: list) -> bool:
-    """Whether two launches' ranges share a byte that one of them may write."""
-    return any(sa == sb and lo_a < hi_b and lo_b < hi_a and (wa or wb)
-               for sa, lo_a, hi_a, wa in a for sb, lo_b, hi_b, wb in b)
+    """Whether two launches' ranges share a byte that one of them may write (ranges with
+    strided rows: unless their parts of one period are apart, latch.runtime.dependencies.
+    overlap, itself checked byte by byte in test_launch_concurrency)."""
+    from latch.runtime.dependencies import overlap
+
+    def lanes(r):
+        return tuple(r[4]) if len(r) > 4 else None
+
+    return any(ra[0] == rb[0] and ra[1] < rb[2] and rb[1] < ra[2] and (ra[3] or rb[3])
+               and overlap(lanes(ra), lanes(rb)) for ra in a for rb in b)
 
 
 def test_every_launch_records_the_ranges_its_order_comes_from(tiny_moe):
@@ -100,6 +107,34 @@ def test_placement_exchanges_a_swapped_states_two_buffers():
 def test_combined_after_refuses_artifacts_without_ranges():
     with pytest.raises(LatchError, match="no 'touches'.*recompile"):
         combined_after([([{"module": "k"}], frozenset())], {})
+
+
+def test_attention_gradients_into_one_fused_buffer_run_side_by_side():
+    """The attention backward's dQ kernel and its dK/dV kernel write the query and the key
+    and value parts of one fused [tokens, 3, heads, dim] gradient: their ranges carry
+    strided rows (``touches``' fifth element: period, first byte, width) and neither
+    launch waits for the other; the launch that reads the whole gradient next follows
+    both."""
+    import latch
+    from models import MODELS
+
+    # the fused attention kernels of TinyMoE-196M: rows a multiple of 64, head dim 64
+    model, example = MODELS["tiny_moe"](seed=0, seq=64, d=128, n_heads=2)
+    prog = latch.compile(model, _adamw_clip(), example, target="cuda", precision="bf16")
+    launches = prog.manifest["launches"]
+    before = _closure([la["after"] for la in launches])
+    pairs = [(i, i + 1) for i, la in enumerate(launches[:-1])
+             if la["module"].startswith("latch_attention")
+             and launches[i + 1]["module"].startswith("latch_attention")]
+    assert pairs
+    for dq, dkv in pairs:
+        written = [t for t in launches[dq]["touches"] + launches[dkv]["touches"] if t[3]]
+        assert len(written) == 3 and all(len(t) > 4 for t in written), written
+        assert len({t[4][0] for t in written}) == 1  # dQ, dK, dV: parts of one row
+        assert dq not in before[dkv]
+        readers = [j for j in range(dkv + 1, len(launches))
+                   if dq in launches[j]["after"] or dkv in launches[j]["after"]]
+        assert readers and dq in before[readers[-1]] and dkv in before[readers[-1]]
 
 
 def test_two_updates_in_one_graph_keep_every_conflicting_pair_in_order(tiny_moe):
