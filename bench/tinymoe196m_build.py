@@ -204,6 +204,15 @@ OFF_SWITCHES = {
 }
 
 
+#: build switches that set a module global of the compiler for the build (not a pass
+#: option): suffix -> (module, name, value)
+GLOBAL_SWITCHES = {
+    # launch ranges carry strided rows (passes/extract_launches.py STRIDED_ROWS): attention's
+    # dQ and dK/dV kernels, writing parts of one fused gradient, not ordered
+    "sideparts": ("latch.passes.extract_launches", "STRIDED_ROWS", True),
+}
+
+
 def _with_option(element: str, option: str) -> str:
     """A pipeline element (a pass with ``{{...}}`` options, format-escaped) with ``option``
     (``key=value``) set, replacing the key's value if it has one."""
@@ -222,9 +231,18 @@ def _switched_off(suffixes: list):
 
     from latch.passes.pipelines import PIPELINES
 
+    import importlib
+
     saved = dict(PIPELINES)
+    saved_globals = []
     removed = set()                            # passes an earlier switch took out
     for suffix in suffixes:
+        if suffix in GLOBAL_SWITCHES:
+            module, name, value = GLOBAL_SWITCHES[suffix]
+            mod = importlib.import_module(module)
+            saved_globals.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, value)
+            continue
         pipeline, pass_name, option = OFF_SWITCHES[suffix]
         named = PIPELINES[pipeline]
         elements = list(named.elements)
@@ -245,6 +263,8 @@ def _switched_off(suffixes: list):
     finally:
         PIPELINES.clear()
         PIPELINES.update(saved)
+        for mod, name, value in reversed(saved_globals):
+            setattr(mod, name, value)
 
 
 def build(name: str) -> dict:
@@ -260,7 +280,7 @@ def build(name: str) -> dict:
     make = make_tinymoe_196m
     attention = "auto"           # latch.compile's default (fused attention on cuda with bf16)
     switches = []                  # e.g. b32-bf16-padded: empty-rows=false (OFF_SWITCHES)
-    while variant[-1:] and variant[-1] in OFF_SWITCHES:
+    while variant[-1:] and (variant[-1] in OFF_SWITCHES or variant[-1] in GLOBAL_SWITCHES):
         switches.insert(0, variant.pop())
     repeat = "auto"     # latch.compile's default: each latch.repeat unrolled on cuda
     if variant[-1:] == ["loop"]:    # e.g. b32-bf16-looped-loop: repeat="loop"
@@ -282,7 +302,7 @@ def build(name: str) -> dict:
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications
-    rec["switched_off"] = [OFF_SWITCHES[w] for w in switches]
+    rec["switched_off"] = [OFF_SWITCHES.get(w) or GLOBAL_SWITCHES[w] for w in switches]
     t0 = time.perf_counter()
     try:
         with _switched_off(switches):

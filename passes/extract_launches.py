@@ -495,6 +495,13 @@ def _addressed(a: dict, t) -> tuple[str, int, int]:
     return space, base + lo * eb, base + (hi + 1) * eb
 
 
+#: whether a strided view's range carries its rows (:func:`_lanes`), so that launches
+#: writing different parts of one row are not ordered; off until timed on the GPU (the
+#: build switch ``-sideparts`` of bench/tinymoe196m_build.py turns it on: the artifact is
+#: otherwise byte for byte the same)
+STRIDED_ROWS = False
+
+
 def _lanes(a: dict, t) -> tuple | None:
     """(period, first, width) in bytes when a memref argument (base pointer location ``a``)
     addresses rows of ``width`` contiguous bytes ``period`` bytes apart with a gap between
@@ -503,6 +510,8 @@ def _lanes(a: dict, t) -> tuple | None:
     (latch.runtime.dependencies); None otherwise."""
     from mlir import ir
 
+    if not STRIDED_ROWS:
+        return None
     mt = ir.MemRefType(t)
     strides, offset = mt.get_strides_and_offset()
     dims = sorted((s, d) for d, s in zip(mt.shape, strides) if d != 1)
