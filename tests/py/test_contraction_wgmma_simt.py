@@ -321,18 +321,33 @@ def test_wgmma_bf16_output_through_shared_memory(m, k, n):
     """The rounded output tile staged in shared memory and written in 16-byte pieces
     (stages_output): several tiles in both directions, edge tiles cut at whole pieces,
     both tile widths; every element equals the f32 sums rounded to bf16 (up to order)."""
+    from test_contraction_simt import run_pass
+
+    mod, ctx = run_pass(_rounded_product(m, k, n), WGMMA)
+    kernel = str(mod).split("gpu.module", 1)[1]
+    assert "nvvm.wgmma.mma_async" in kernel and "vector<8xbf16>" in kernel
+    _check_rounded(mod, ctx, m, k, n, seed=5)
+
+
+def _rounded_product(m: int, k: int, n: int) -> str:
+    """test_contraction_simt's ROUNDED (a zeroed product read only by its bf16 rounding)
+    at [m, k] x [k, n]."""
+    from test_contraction_simt import ROUNDED
+
+    return (ROUNDED.replace("96x80", f"{m}x{k}").replace("80x72", f"{k}x{n}")
+            .replace("96x72", f"{m}x{n}")
+            .replace("latch.offset = 32768", f"latch.offset = {m * n * 4}"))
+
+
+def _check_rounded(mod, ctx, m: int, k: int, n: int, seed: int) -> None:
+    """Interpret ``mod`` (:func:`_rounded_product` through the pass) on random bf16
+    factors: every element is the f32 sums rounded to bf16 (up to order)."""
     import torch
 
     from simt import Simt
-    from test_contraction_simt import ROUNDED, _bf16, run_pass
+    from test_contraction_simt import _bf16
 
-    text = (ROUNDED.replace("96x80", f"{m}x{k}").replace("80x72", f"{k}x{n}")
-            .replace("96x72", f"{m}x{n}")
-            .replace("latch.offset = 32768", f"latch.offset = {m * n * 4}"))
-    mod, ctx = run_pass(text, WGMMA)
-    kernel = str(mod).split("gpu.module", 1)[1]
-    assert "nvvm.wgmma.mma_async" in kernel and "vector<8xbf16>" in kernel
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator().manual_seed(seed)
     a = _bf16(torch.randn(m, k, generator=g, dtype=torch.float64))
     b = _bf16(torch.randn(k, n, generator=g, dtype=torch.float64))
     with ctx:
@@ -418,15 +433,10 @@ def test_paired_blocks_kernel(monkeypatch, m, k, n):
     (``nvvm.minctasm``, 97 KiB of shared memory); its rounded output (every stage reused
     over five k-tiles, edge tiles) still equals the f32 sums rounded to bf16 (up to order).
     Without the option, or under the threshold, the one-block kernel."""
-    import torch
-
     import latch.passes.contraction_wgmma as wg
-    from simt import Simt
-    from test_contraction_simt import ROUNDED, _bf16, run_pass
+    from test_contraction_simt import run_pass
 
-    text = (ROUNDED.replace("96x80", f"{m}x{k}").replace("80x72", f"{k}x{n}")
-            .replace("96x72", f"{m}x{n}")
-            .replace("latch.offset = 32768", f"latch.offset = {m * n * 4}"))
+    text = _rounded_product(m, k, n)
     paired = "{chip=sm_90a blocks-per-sm=2}"
     mod, _ = run_pass(text, paired)              # under the threshold: one block an SM
     assert "nvvm.minctasm" not in str(mod)
@@ -437,16 +447,7 @@ def test_paired_blocks_kernel(monkeypatch, m, k, n):
     (launch,) = _launches(mod)
     assert launch[1] == (-(-n // 128), -(-m // 128), 1)
     assert "nvvm.cp.async.wait.group 0" in kernel          # three stages: one tile ahead
-    g = torch.Generator().manual_seed(7)
-    a = _bf16(torch.randn(m, k, generator=g, dtype=torch.float64))
-    b = _bf16(torch.randn(k, n, generator=g, dtype=torch.float64))
-    with ctx:
-        (got,) = Simt(mod).run([a.numpy(), b.numpy()])
-    got = torch.from_numpy(np.asarray(got, np.float64))
-    ref = (a @ b).float().bfloat16().double()
-    assert torch.equal(got, got.bfloat16().double())
-    err = float((got - ref).norm() / ref.norm())
-    assert err < 2e-3, err
+    _check_rounded(mod, ctx, m, k, n, seed=7)
 
 
 def test_paired_blocks_rule():
