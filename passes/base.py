@@ -67,6 +67,16 @@ def operation(o):
     return o.operation if hasattr(o, "operation") else o
 
 
+def nested_operations(op):
+    """Every op nested in ``op`` (not ``op`` itself), each before the ops nested in it."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = operation(inner)
+                yield inner
+                yield from nested_operations(inner)
+
+
 def defining_op(v):
     """The op that defines the value ``v`` (None for a block argument)."""
     owner = v.owner

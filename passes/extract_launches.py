@@ -442,7 +442,7 @@ def _launch(op, consts, loc, span, fname, unordered=None) -> dict:
             if unordered is None or v != unordered:
                 ranges.append(_addressed(a, v.type))
                 arg_numbers.append(i)
-                lanes.append(_lanes(a, v.type))
+                lanes.append(_lanes(v.type, ranges[-1][1]))
             a["type"] = "ptr"
             args.append(a)
         elif v in consts:
@@ -502,18 +502,18 @@ def _addressed(a: dict, t) -> tuple[str, int, int]:
 STRIDED_ROWS = False
 
 
-def _lanes(a: dict, t) -> tuple | None:
-    """(period, first, width) in bytes when a memref argument (base pointer location ``a``)
-    addresses rows of ``width`` contiguous bytes ``period`` bytes apart with a gap between
-    them — a strided view such as the query part of a fused ``[tokens, 3, heads, dim]``
-    buffer — ``first`` the offset of its first byte in its space modulo ``period``
-    (latch.runtime.dependencies); None otherwise."""
+def _lanes(t, first_byte: int) -> tuple | None:
+    """(period, first, width) in bytes when a memref argument of type ``t`` whose first
+    byte is ``first_byte`` of its space (:func:`_addressed`) addresses rows of ``width``
+    contiguous bytes ``period`` bytes apart with a gap between them — a strided view such
+    as the query part of a fused ``[tokens, 3, heads, dim]`` buffer — ``first`` that byte
+    modulo ``period`` (latch.runtime.dependencies); None otherwise."""
     from mlir import ir
 
     if not STRIDED_ROWS:
         return None
     mt = ir.MemRefType(t)
-    strides, offset = mt.get_strides_and_offset()
+    strides, _ = mt.get_strides_and_offset()
     dims = sorted((s, d) for d, s in zip(mt.shape, strides) if d != 1)
     if not dims or any(s <= 0 for s, _ in dims):
         return None
@@ -530,8 +530,7 @@ def _lanes(a: dict, t) -> tuple | None:
     if period <= inner:
         return None
     eb = dtype_bytes(dtype_name(mt.element_type))
-    base = a.get("arena", a.get("byte_offset", 0))
-    return period * eb, (base + offset * eb) % (period * eb), inner * eb
+    return period * eb, first_byte % (period * eb), inner * eb
 
 
 def _base_pointer(a: dict, t, span, what: str) -> dict:

@@ -30,17 +30,24 @@ lane's stores is what the original kernel read too.
 """
 from __future__ import annotations
 
-from latch.passes.base import operation as _op
+from latch.passes.base import nested_operations, operation as _op
 from latch.passes.buffer_views import may_share_bytes
 
-_PURE_PREFIXES = ("arith.", "math.", "index.")
-_PURE = ("affine.apply", "vector.extract", "vector.from_elements", "vector.broadcast",
-         "vector.splat", "vector.bitcast", "vector.shape_cast", "gpu.thread_id",
-         "gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.lane_id")
-_LOADS = ("memref.load", "vector.load")
-_STORES = {"memref.store": 1, "vector.store": 1}       # op -> operand number of the buffer
+#: names (prefixes) of the pure ops of straight-line kernel code: no memory effects
+_PURE = ("arith.", "math.", "index.", "affine.apply", "vector.extract", "vector.broadcast",
+         "vector.from_elements", "vector.bitcast", "vector.splat", "vector.shape_cast",
+         "gpu.thread_id", "gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.lane_id")
+LOADS = ("memref.load", "vector.load")
+#: the stores (value, buffer, indices...)
+STORES = ("memref.store", "vector.store")
 #: ops that write no memory and order nothing across threads
 _QUIET = ("gpu.shuffle", "scf.yield", "gpu.yield", "gpu.terminator")
+
+
+def pure(op) -> bool:
+    """Whether ``op`` has no memory effects (its regions aside: a caller that moves or
+    numbers ops checks those)."""
+    return op.name.startswith(_PURE)
 
 
 def _key(op) -> tuple:
@@ -89,40 +96,32 @@ def _written(op):
     """The buffers ``op`` or anything nested in it stores to; None when it may write
     memory some other way, or orders other threads' writes (a barrier)."""
     out = []
-    todo = [op]
-    while todo:
-        o = todo.pop()
-        if o.name in _STORES:
-            out.append(o.operands[_STORES[o.name]])
-        elif o.name in _LOADS or o.name in _QUIET or o.name in _PURE or \
-                o.name.startswith(_PURE_PREFIXES) or o.name in ("scf.if", "scf.for"):
-            pass
-        else:
+    for o in [op, *nested_operations(op)]:
+        if o.name in STORES:
+            out.append(o.operands[1])
+        elif not (pure(o) or o.name in LOADS + _QUIET + ("scf.if", "scf.for")):
             return None
-        for region in o.regions:
-            for block in region.blocks:
-                todo.extend(_op(x) for x in block.operations)
     return out
 
 
 def forward_loads(block) -> int:
     """Value-number the pure ops and forward the loads of ``block`` (see the module);
     returns how many loads were answered by earlier ones."""
-    pure: dict = {}
+    numbered: dict = {}
     loads: dict = {}
     forwarded = 0
     for op in [_op(o) for o in block.operations]:
         name = op.name
-        if not op.regions and (name in _PURE or name.startswith(_PURE_PREFIXES)):
+        if not op.regions and pure(op):
             key = _key(op)
-            if key in pure:
-                for old, new in zip(op.results, pure[key]):
+            if key in numbered:
+                for old, new in zip(op.results, numbered[key]):
                     old.replace_all_uses_with(new)
                 op.erase()
             else:
-                pure[key] = list(op.results)
+                numbered[key] = list(op.results)
             continue
-        if name in _LOADS and not op.regions:
+        if name in LOADS and not op.regions:
             key = _load_key(name, op.operands, op.results[0].type)
             if key in loads:
                 op.results[0].replace_all_uses_with(loads[key])
@@ -133,21 +132,19 @@ def forward_loads(block) -> int:
             continue
         if name in _QUIET:
             continue
+        if name in STORES:    # at the top level: its indices are known, its value is what
+            value, buf, *where = op.operands       # a load there would read
+            for key in [k for k in loads if may_share_bytes(k[1][0], buf) and
+                        not _apart(k, buf, where, value.type)]:
+                del loads[key]
+            kind = "vector.load" if name == "vector.store" else "memref.load"
+            loads[_load_key(kind, [buf, *where], value.type)] = value
+            continue
         written = _written(op)
         if written is None:
             loads.clear()
             continue
-        if name in _STORES:          # a store at the top level: its indices are known
-            value, buf, *where = op.operands
-            for key in [k for k in loads if may_share_bytes(k[1][0], buf) and
-                        not _apart(k, buf, where, value.type)]:
+        for buf in written:
+            for key in [k for k in loads if may_share_bytes(k[1][0], buf)]:
                 del loads[key]
-        else:
-            for buf in written:
-                for key in [k for k in loads if may_share_bytes(k[1][0], buf)]:
-                    del loads[key]
-        if name in _STORES:          # what it stored is what a load there would read
-            value, *where = op.operands
-            kind = "vector.load" if name == "vector.store" else "memref.load"
-            loads[_load_key(kind, where, value.type)] = value
     return forwarded

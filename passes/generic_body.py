@@ -6,7 +6,7 @@ thread and latch-recompute-elementwise's extracts), and the loop order every gen
 mapped to threads in (:func:`order_loops`)."""
 from __future__ import annotations
 
-from latch.passes.base import operation as _op
+from latch.passes.base import nested_operations
 
 
 def segments(op) -> tuple[int, int]:
@@ -281,20 +281,11 @@ def order_loops(op) -> None:
     op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
     old_its = list(ir.ArrayAttr(op.attributes["iterator_types"]))
     op.attributes["iterator_types"] = ir.ArrayAttr.get([old_its[i] for i in perm])
-    for inner in _nested(op):
+    for inner in nested_operations(op):
         if inner.name == "linalg.index":
             d = ir.IntegerAttr(inner.attributes["dim"]).value
             inner.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                          inv[d])
-
-
-def _nested(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                yield inner
-                yield from _nested(inner)
 
 
 def loop_ranges(op):

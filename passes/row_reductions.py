@@ -90,7 +90,7 @@ import re
 
 from latch.passes.base import element_bits, operation as _op
 from latch.passes.buffer_views import hoist_definition, root as _root
-from latch.passes.forward_loads import forward_loads
+from latch.passes.forward_loads import LOADS, STORES, forward_loads, pure
 from latch.passes.form_contraction_kernels import match_contraction, zeroing_ops, \
     zeroing_value
 from latch.passes.generic_body import (accumulation, all_parallel, apply_body,
@@ -927,32 +927,13 @@ def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNR
     acc = init
     carried = [] if init is None else [init]
     if inline and n == per:
-        block = ir.InsertionPoint.current.block
-        copies = []
-        for j in range(unroll):
-            at = len(list(block.operations))
-            kj = start if j == 0 else ir.Operation.create(
-                "arith.addi", [index], [start, index_constant(j * step)]).result
-            acc = element(kj, acc)
-            copies.append([_op(o) for o in list(block.operations)[at:]])
-        if loads_first:
-            _loads_before_stores(copies)
-        return acc
+        return _unrolled(ir.InsertionPoint.current.block, start, step, unroll, acc, element,
+                         loads_first)
     if n_main:
         loop = scf.ForOp(start, index_constant(n_main), index_constant(per), carried)
         with ir.InsertionPoint(loop.body):
-            k = loop.induction_variable
-            a = loop.inner_iter_args[0] if carried else None
-            copies = []                    # each copy's ops (for loads_first)
-            for j in range(unroll):
-                at = len(list(loop.body.operations)) if loads_first else 0
-                kj = k if j == 0 else ir.Operation.create(
-                    "arith.addi", [index], [k, index_constant(j * step)]).result
-                a = element(kj, a)
-                if loads_first:
-                    copies.append([_op(o) for o in list(loop.body.operations)[at:]])
-            if loads_first:
-                _loads_before_stores(copies)
+            a = _unrolled(loop.body, loop.induction_variable, step, unroll,
+                          loop.inner_iter_args[0] if carried else None, element, loads_first)
             scf.YieldOp([a] if carried else [])
         acc = loop.results[0] if carried else None
     if n_main < n:
@@ -968,11 +949,25 @@ def _strided_partial(start, n: int, step: int, init, element, unroll: int = _UNR
     return acc
 
 
-#: ops a copy's loads may be moved with: no memory effects, no regions
-_MOVABLE = ("arith.", "math.", "affine.apply", "index.", "vector.extract", "vector.broadcast",
-            "vector.from_elements", "vector.bitcast", "vector.splat", "vector.shape_cast")
-_LOADS = ("memref.load", "vector.load")
-_STORES = ("memref.store", "vector.store")
+def _unrolled(block, k, step: int, unroll: int, acc, element, loads_first: bool):
+    """``unroll`` copies of ``element`` at ``k, k + step, ...`` appended to ``block`` (the
+    current insertion point's), combined into ``acc`` in order; with ``loads_first`` the
+    copies' loads moved ahead of their stores (:func:`_loads_before_stores`)."""
+    from mlir import ir
+
+    index = ir.IndexType.get()
+    copies = []                            # each copy's ops (for loads_first)
+    for j in range(unroll):
+        at = len(list(block.operations)) if loads_first else 0
+        kj = k if j == 0 else ir.Operation.create(
+            "arith.addi", [index], [k, index_constant(j * step)]).result
+        acc = element(kj, acc)
+        if loads_first:
+            copies.append([_op(o) for o in list(block.operations)[at:]])
+    if loads_first:
+        _loads_before_stores(copies)
+    return acc
+
 
 
 def _loads_before_stores(copies: list) -> None:
@@ -988,10 +983,9 @@ def _loads_before_stores(copies: list) -> None:
     own loads stay before its own stores.  Only straight-line copies (loads, stores, pure
     ops) are touched; the values and their order of combination are unchanged."""
     flat = [o for c in copies for o in c]
-    if any(o.regions or not (o.name.startswith(_MOVABLE) or o.name in _LOADS + _STORES)
-           for o in flat):
+    if any(not (pure(o) or o.name in LOADS + STORES) or o.regions for o in flat):
         return
-    stores = [i for i, o in enumerate(flat) if o.name in _STORES]
+    stores = [i for i, o in enumerate(flat) if o.name in STORES]
     if not stores:
         return
     anchor = flat[stores[0]]
@@ -1003,7 +997,7 @@ def _loads_before_stores(copies: list) -> None:
         if first <= stores[0]:
             continue                       # at or before the anchor already
         for o in c:
-            if o.name in _STORES:
+            if o.name in STORES:
                 break
             if any(v in later for v in o.operands):
                 continue                   # needs a value only defined after the anchor

@@ -77,7 +77,8 @@ from __future__ import annotations
 import dataclasses
 
 from latch.errors import PassError
-from latch.passes.base import ModulePass, defining_op, function_definitions, operation as _op
+from latch.passes.base import ModulePass, defining_op, function_definitions, \
+    nested_operations, operation as _op
 from latch.passes.buffer_views import VIEW_OPS
 from latch.passes.class_sums import rewrite_class_sums
 from latch.passes.full_sums import parallel_full_reductions
@@ -263,7 +264,7 @@ def _drop_kernel_asserts(body) -> None:
         op = _op(op)
         if not op.name.startswith("linalg.") or not op.regions:
             continue
-        for inner in list(_walk(op)):
+        for inner in list(nested_operations(op)):
             if inner.name == "cf.assert":
                 inner.erase()
 
@@ -378,7 +379,7 @@ def _real_users(value, body):
 def _written_roots(op):
     """The roots of the buffers ``op`` (and the ops nested in it) may write; None: unknown."""
     out = set()
-    for o in [op] + list(_walk(op)):
+    for o in [op] + list(nested_operations(op)):
         if o.name in ("linalg.yield", "scf.yield", "scf.reduce", "scf.condition",
                       "affine.yield", "cf.assert") or \
                 o.name.startswith(("linalg.index", "gpu.terminator")):
@@ -437,7 +438,7 @@ def _select_to_copy(body, op, flags) -> None:
         if w is not None and new not in w:
             continue
         for later in ops[i + 1:]:
-            used = {_root(v) for x in [later] + list(_walk(later)) for v in x.operands
+            used = {_root(v) for x in [later] + list(nested_operations(later)) for v in x.operands
                     if isinstance(v.type, ir.MemRefType)}
             if used & operands:
                 raise PassError(
@@ -715,7 +716,7 @@ def _fix_fpowi(func_op) -> None:
     from mlir import ir
 
     i32 = ir.IntegerType.get_signless(32)
-    for op in list(_walk(func_op)):
+    for op in list(nested_operations(func_op)):
         if op.name != "math.fpowi":
             continue
         x, n = op.operands[0], op.operands[1]
@@ -808,7 +809,7 @@ def _widen_i1_buffers(func_op) -> None:
     if any(is_i1_memref(t) for t in list(ftype.inputs) + list(ftype.results)):
         raise PassError("latch-wrap-host-compute: i1 buffers in a function signature are "
                         "not supported on the GPU target", func_op.location)
-    ops = list(_walk(func_op))
+    ops = list(nested_operations(func_op))
     changed = False
     for op in ops:
         for r in op.results:
@@ -865,15 +866,6 @@ def _reductions_innermost(body) -> None:
         op = _op(op)
         if op.name == "linalg.generic":
             order_loops(op)
-
-
-def _walk(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                yield inner
-                yield from _walk(inner)
 
 
 def _classify(op, compute_values) -> str:
