@@ -157,14 +157,15 @@ def latch_suffix(engine: str) -> str | None:
     ``latch-padded-gridorder``: the build with those steps off, the A/B of a compiler step
     side by side with ``latch``; and RUNTIME_SWITCHES) ``-<switches>`` of the build;
     None for other engines."""
-    from tinymoe196m_build import OFF_SWITCHES
+    from tinymoe196m_build import GLOBAL_SWITCHES, OFF_SWITCHES
 
+    built_switches = {**OFF_SWITCHES, **GLOBAL_SWITCHES}
     if engine in LATCH_ENGINES:
         return LATCH_ENGINES[engine]
     parts = engine.split("-")
     if parts[0] == "latch" and len(parts) > 1 and \
-            all(w in OFF_SWITCHES or w in RUNTIME_SWITCHES for w in parts[1:]):
-        built = [w for w in parts[1:] if w in OFF_SWITCHES]
+            all(w in built_switches or w in RUNTIME_SWITCHES for w in parts[1:]):
+        built = [w for w in parts[1:] if w in built_switches]
         return "-" + "-".join(built) if built else ""
     return None
 

@@ -55,6 +55,10 @@ def test_the_bench_runs_switched_builds_as_latch_engines():
     assert bench.latch_suffix("latch") == ""
     assert bench.latch_suffix("latch-padded-gridorder") == "-padded-gridorder"
     assert bench.latch_suffix("latch-nonsense") is None
+    # a build switch that sets a module global (GLOBAL_SWITCHES) names a build as well: it
+    # was not recognised, and the first run of latch-sideparts on the GPU crashed the bench
+    assert bench.latch_suffix("latch-sideparts") == "-sideparts"
+    assert bench.latch_suffix("latch-keptrows-sideparts") == "-keptrows-sideparts"
     assert bench.latch_suffix("torch-eager") is None
 
 
