@@ -170,6 +170,7 @@ OFF_SWITCHES = {
     "clampedrows": ("latch-form-kernels", "latch-form-contraction-kernels",
                     "fill-past-factor=false"),
     "twoblocks": ("latch-form-kernels", "latch-form-contraction-kernels", "blocks-per-sm=2"),
+    "persistent": ("latch-form-kernels", "latch-form-contraction-kernels", "persistent=true"),
     "chunkstores": ("latch-form-kernels", "latch-wrap-host-compute", "loads-first=false"),
     "partrows": ("latch-form-kernels", "latch-wrap-host-compute", "whole-rows=false"),
     "keptrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-rows=true"),

@@ -49,7 +49,8 @@ from __future__ import annotations
 from latch.passes import epilogue_readers
 from latch.passes.form_contraction_kernels import (
     _WG, Contraction, _begin, _epilogue, _Kernel, _module, _pairable, _signature, _staging,
-    _Text, copy_chunk, k_tile_range, open_edge_guard, output_index, past_the_factor)
+    _Text, copy_chunk, k_tile_range, open_edge_guard, output_index, past_the_factor,
+    tile_coordinates)
 
 BM, BK, THREADS = 128, 64, 256
 #: n width of the output tile (128 or 256; None: :func:`tiling` chooses per contraction)
@@ -133,6 +134,29 @@ def paired_blocks(con: Contraction, splits: int) -> bool:
     return splits == 1 and tiles >= PAIRED_MIN_TILES
 
 
+#: :func:`persistent_blocks`: the blocks of a persistent product (one an SM)
+PERSISTENT_BLOCKS = _SMS
+
+
+def persistent_blocks(con: Contraction, splits: int) -> int:
+    """The blocks a product runs as under ``latch-form-contraction-kernels{persistent}``,
+    0 for a block a tile: products without k slices whose tiles (of the width
+    :func:`tiling` chooses) fill more than one wave of ``PERSISTENT_BLOCKS``.  Each
+    block walks tiles b, b + blocks, ... (the grid's order, so the blocks at work at any
+    time share the tiles of one wave, as before) and stages the next tile's first k-tiles
+    while its last one goes out: the pipeline fill of every tile after the first overlaps
+    an epilogue instead of leaving the tensor cores idle."""
+    gx, gy, nb = tile_grid(con, splits)
+    return PERSISTENT_BLOCKS if splits == 1 and gx * gy * nb > PERSISTENT_BLOCKS else 0
+
+
+def tile_grid(con: Contraction, splits: int = 1, bn: int | None = None) -> tuple:
+    """(n-tiles, m-tiles, batch x splits): the grid of a block a tile."""
+    bn = bn or n_tile(con)
+    return (-(-con.size("n") // bn), -(-con.size("m") // BM),
+            max(1, con.size("batch")) * splits)
+
+
 def _desc_fields(mn_major: bool) -> int:
     """The constant bits of a descriptor: leading / stride byte offsets (16-byte units) and
     the 128-byte swizzle mode."""
@@ -141,18 +165,25 @@ def _desc_fields(mn_major: bool) -> int:
 
 
 def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | None = None,
-                      stages: int | None = None, blocks_per_sm: int = 1
-                      ) -> tuple[str, tuple, tuple, int]:
+                      stages: int | None = None, blocks_per_sm: int = 1,
+                      persistent: int = 0) -> tuple[str, tuple, tuple, int]:
     """(gpu.module text, grid, block, dynamic shared bytes) of the wgmma kernel;
     ``blocks_per_sm`` 2: the kernel declares two resident blocks an SM (see
-    :func:`paired_blocks`)."""
+    :func:`paired_blocks`); ``persistent`` > 0: at most that many blocks, each computing
+    its tiles one after another (see :func:`persistent_blocks`)."""
     bn = bn or n_tile(con)
     stages = stages or STAGES
     assert bn in (128, 256) and stages >= 3
     t = _Text()
     k = _Kernel(con, t, (BM, bn, BK), narrow=True, splits=splits)
-    M, N, K = con.size("m"), con.size("n"), con.size("k")
-    tid, m0, n0, batch = _begin(t, con, k, BM, bn)
+    K = con.size("k")
+    gx, gy, nb = tile_grid(con, 1, bn)
+    blocks = min(persistent, gx * gy * nb) if persistent and splits == 1 else 0
+    if blocks:        # block b: tiles b, b + blocks, ...; coordinates inside the tile loop
+        tid = t.emit("gpu.thread_id x")
+        first_tile = t.emit("gpu.block_id x")
+    else:
+        tid, m0, n0, batch = _begin(t, con, k, BM, bn)
     a_bytes, b_bytes = BM * _ROW_BYTES, bn * _ROW_BYTES
     stage_bytes = a_bytes + b_bytes
     total = stages * stage_bytes
@@ -165,20 +196,22 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
     shift = t.arith("subi", aligned, base)
     sm = t.emit(f"memref.view %dyn[{shift}][] : {dyn} to {sm_type}")
     addr16 = t.emit(f"arith.index_cast {t.arith('shrui', aligned, 4)} : index to i64")
-    operands = []                      # (staging, input, rows, row0, group, element base)
-    for which, (rows, row0, group, off) in enumerate(((BM, m0, "m", 0),
-                                                      (bn, n0, "n", a_bytes))):
+    operands = []                      # (staging, input, rows, group, element base)
+    for which, (rows, group, off) in enumerate(((BM, "m", 0), (bn, "n", a_bytes))):
         how, i = _staging(con, which, BK)
         assert how != "load", "wgmma_kernel_text needs 16-byte staged factors"
-        operands.append((how, i, rows, row0, group, off))
+        operands.append((how, i, rows, group, off))
     warp = t.arith("divui", tid, 32)
     wg = t.arith("divui", warp, 4)
 
-    def stage_tile(kt: str, stage: str) -> None:
-        """Copy both factors' k-tile ``kt`` into stage ``stage`` in the swizzled layouts."""
+    def stage_tile(kt: str, stage: str, tile: tuple) -> None:
+        """Copy both factors' k-tile ``kt`` of output tile ``tile`` (first row, first
+        column, batch indices) into stage ``stage`` in the swizzled layouts."""
+        m0, n0, batch = tile
         k0 = t.mul(kt, BK)
         stage0 = t.mul(stage, stage_bytes // 2)
-        for how, i, rows, row0, group, off in operands:
+        for how, i, rows, group, off in operands:
+            row0 = m0 if group == "m" else n0
             limit = con.size(group)
             mtype = con.inputs[i].type
             base_e = t.add(stage0, off // 2)
@@ -209,89 +242,147 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
                 copy_chunk(t, how, f"%I{i}[{k.indices(i, dims)}]", mtype, f"{sm}[{dst}]",
                            sm_type, past_the_factor(t, con, how, limit, rows, first))
 
-    reader = getattr(con, "reader", None)
-    if reader is not None and reader.prefetch and stages_output(con, k):
-        # the epilogue's other inputs asked of L2 while the block multiplies
-        epilogue_readers.prefetch_rows(
-            t, k, con, reader, epilogue_readers.kernel_operands(con, reader), tid,
-            lambda row, col: output_index(k, batch, row, col), BM, bn)
-    # the k-tile loop over this block's tiles (all, or its split-K slice)
-    lo, hi = k_tile_range(t, k, K // BK)
-    acc_type = "!llvm.struct<(" + ", ".join(["f32"] * (bn // 2)) + ")>"
-    zero = t.emit("llvm.mlir.constant(0.0 : f32) : f32")
-    acc = t.emit(f"llvm.mlir.undef : {acc_type}")
-    for j in range(bn // 2):
-        acc = t.emit(f"llvm.insertvalue {zero}, {acc}[{j}] : {acc_type}")
-    kt, carried, result = t.fresh(), t.fresh(), t.fresh()
-    t.line(f"{result} = scf.for {kt} = {lo} to {hi} step {t.const(1)} "
-           f"iter_args({carried} = {acc}) -> ({acc_type}) {{")
-    step = t.arith("subi", kt, lo)
-    stage = t.arith("remui", step, stages)
-
-    def stage_if_any(tile: str, into: str) -> None:
-        """Stage k-tile ``tile`` if this block has it; one cp.async group either way (the
-        waits count groups)."""
+    def stage_if_any(tile: str, into: str, hi: str, coords: tuple) -> None:
+        """Stage k-tile ``tile`` of output tile ``coords`` if that has it (below ``hi``);
+        one cp.async group either way (the waits count groups)."""
         t.line(f"scf.if {t.emit(f'arith.cmpi ult, {tile}, {hi} : index')} {{")
-        stage_tile(tile, into)
+        stage_tile(tile, into, coords)
         t.line("}")
         t.line("nvvm.cp.async.commit.group")
 
-    # prologue (first iteration): tiles lo .. lo + STAGES - 3 into stages 0 .. STAGES - 3
-    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {step}, {t.const(0)} : index')} {{")
-    for j in range(stages - 2):
-        stage_if_any(t.add(lo, j), t.const(j))
-    t.line("}")
-    t.line(f"nvvm.cp.async.wait.group {stages - 3}")
-    t.line("nvvm.fence.proxy { kind = #nvvm.proxy_kind<async.shared>, "
-           "space = #nvvm.shared_space<cta> }")
-    t.line("gpu.barrier")
-    # descriptors of this stage's tiles for this warpgroup (A rows 64 wg .. 64 wg + 63)
-    stage_b = t.emit(f"arith.index_cast {t.mul(stage, stage_bytes >> 4)} : index to i64")
-    wg_a = t.emit(f"arith.index_cast {t.mul(wg, _BLOCK_BYTES >> 4)} : index to i64")
-    start = t.arith("addi", addr16, stage_b, "i64")
-    descs = []
-    for which, (how, _i, _rows, _row0, _group, off) in enumerate(operands):
-        mn_major = how.startswith("rows")
-        d = t.arith("addi", start, t.const(_desc_fields(mn_major) + (off >> 4), "i64"), "i64")
-        if which == 0:
-            d = t.arith("addi", d, wg_a, "i64")
-        k16 = (16 * _ROW_BYTES if mn_major else 32) >> 4      # start address per k16 step
-        descs.append([d] + [t.arith("addi", d, t.const(s * k16, "i64"), "i64")
-                            for s in range(1, BK // 16)])
-    layout_a = "col" if operands[0][0].startswith("rows") else "row"
-    layout_b = "row" if operands[1][0].startswith("rows") else "col"
-    t.line("nvvm.wgmma.fence.aligned")
-    cur = carried
-    for s in range(BK // 16):
-        cur = t.emit(
-            f"nvvm.wgmma.mma_async {descs[0][s]}, {descs[1][s]}, {cur}, "
-            f"<m = 64, n = {bn}, k = 16>, D[<f32>, <one>, <wrapped>], "
-            f"A[<bf16>, <one>, <{layout_a}>], B[<bf16>, <one>, <{layout_b}>] "
-            f": {acc_type} -> {acc_type}")
-    t.line("nvvm.wgmma.commit.group.sync.aligned")
-    t.line("nvvm.wgmma.wait.group.sync.aligned 1")
-    # tile kt + STAGES - 2 into the stage of tile kt - 2 (no warpgroup reads it any more)
-    stage_if_any(t.add(kt, stages - 2), t.arith("remui", t.add(step, stages - 2), stages))
-    t.line(f"scf.yield {cur} : {acc_type}")
-    t.line("}")
-    t.line("nvvm.wgmma.wait.group.sync.aligned 0")
-    # accumulator register j of a thread: row 16 (warp % 4) + lane / 4 (+ 8), column
-    # 8 (j / 4) + 2 (lane % 4) (+ 1) — the layout the probe confirmed
-    lane = t.arith("remui", tid, 32)
-    row_base = t.add(t.add(m0, t.mul(wg, 64)),
-                     t.add(t.mul(t.arith("remui", warp, 4), 16), t.arith("divui", lane, 4)))
-    col_base = t.add(n0, t.mul(t.arith("remui", lane, 4), 2))
-    cells = []
-    for j in range(bn // 2):
-        row = t.add(row_base, 8 * ((j % 4) // 2))
-        col = t.add(col_base, 8 * (j // 4) + j % 2)
-        cells.append((row, col, t.emit(f"llvm.extractvalue {result}[{j}] : {acc_type}")))
-    if stages_output(con, k):
-        _staged_epilogue(t, k, batch, cells, sm, sm_type, tid, m0, n0, bn)
+    def prologue(lo: str, hi: str, coords: tuple) -> None:
+        """k-tiles lo .. lo + STAGES - 3 of output tile ``coords`` into stages 0 ..
+        STAGES - 3."""
+        for j in range(stages - 2):
+            stage_if_any(t.add(lo, j), t.const(j), hi, coords)
+
+    def output_tile(coords: tuple, first: str | None, next_prologue=None) -> None:
+        """One output tile: its k-loop and its epilogue.  ``first``: "loop" (the k-loop's
+        first trip stages the prologue) or a condition under which it is staged before the
+        k-loop (the block's first tile; the others' were staged by the tile before);
+        ``next_prologue()``, if given, stages the next tile's prologue as soon as no
+        warpgroup reads the stages any more, before this tile's epilogue."""
+        m0, n0, batch = coords
+        reader = getattr(con, "reader", None)
+        if reader is not None and reader.prefetch and stages_output(con, k):
+            # the epilogue's other inputs asked of L2 while the block multiplies
+            epilogue_readers.prefetch_rows(
+                t, k, con, reader, epilogue_readers.kernel_operands(con, reader), tid,
+                lambda row, col: output_index(k, batch, row, col), BM, bn)
+        # the k-tile loop over this block's tiles (all, or its split-K slice)
+        lo, hi = k_tile_range(t, k, K // BK)
+        if first != "loop":
+            t.line(f"scf.if {first} {{")
+            prologue(lo, hi, coords)
+            t.line("}")
+        zero = t.emit("llvm.mlir.constant(0.0 : f32) : f32")
+        acc = t.emit(f"llvm.mlir.undef : {acc_type}")
+        for j in range(bn // 2):
+            acc = t.emit(f"llvm.insertvalue {zero}, {acc}[{j}] : {acc_type}")
+        kt, carried, result = t.fresh(), t.fresh(), t.fresh()
+        t.line(f"{result} = scf.for {kt} = {lo} to {hi} step {t.const(1)} "
+               f"iter_args({carried} = {acc}) -> ({acc_type}) {{")
+        step = t.arith("subi", kt, lo)
+        stage = t.arith("remui", step, stages)
+        if first == "loop":
+            # prologue (first iteration): tiles lo .. lo + STAGES - 3 into stages 0 ..
+            # STAGES - 3
+            t.line(f"scf.if {t.emit(f'arith.cmpi eq, {step}, {t.const(0)} : index')} {{")
+            prologue(lo, hi, coords)
+            t.line("}")
+        t.line(f"nvvm.cp.async.wait.group {stages - 3}")
+        t.line("nvvm.fence.proxy { kind = #nvvm.proxy_kind<async.shared>, "
+               "space = #nvvm.shared_space<cta> }")
+        t.line("gpu.barrier")
+        # descriptors of this stage's tiles for this warpgroup (A rows 64 wg .. 64 wg + 63)
+        stage_b = t.emit(f"arith.index_cast {t.mul(stage, stage_bytes >> 4)} : index to i64")
+        wg_a = t.emit(f"arith.index_cast {t.mul(wg, _BLOCK_BYTES >> 4)} : index to i64")
+        start = t.arith("addi", addr16, stage_b, "i64")
+        descs = []
+        for which, (how, _i, _rows, _group, off) in enumerate(operands):
+            mn_major = how.startswith("rows")
+            d = t.arith("addi", start, t.const(_desc_fields(mn_major) + (off >> 4), "i64"),
+                        "i64")
+            if which == 0:
+                d = t.arith("addi", d, wg_a, "i64")
+            k16 = (16 * _ROW_BYTES if mn_major else 32) >> 4  # start address per k16 step
+            descs.append([d] + [t.arith("addi", d, t.const(s * k16, "i64"), "i64")
+                                for s in range(1, BK // 16)])
+        layout_a = "col" if operands[0][0].startswith("rows") else "row"
+        layout_b = "row" if operands[1][0].startswith("rows") else "col"
+        t.line("nvvm.wgmma.fence.aligned")
+        cur = carried
+        for s in range(BK // 16):
+            cur = t.emit(
+                f"nvvm.wgmma.mma_async {descs[0][s]}, {descs[1][s]}, {cur}, "
+                f"<m = 64, n = {bn}, k = 16>, D[<f32>, <one>, <wrapped>], "
+                f"A[<bf16>, <one>, <{layout_a}>], B[<bf16>, <one>, <{layout_b}>] "
+                f": {acc_type} -> {acc_type}")
+        t.line("nvvm.wgmma.commit.group.sync.aligned")
+        t.line("nvvm.wgmma.wait.group.sync.aligned 1")
+        # tile kt + STAGES - 2 into the stage of tile kt - 2 (no warpgroup reads it any more)
+        stage_if_any(t.add(kt, stages - 2), t.arith("remui", t.add(step, stages - 2), stages),
+                     hi, coords)
+        t.line(f"scf.yield {cur} : {acc_type}")
+        t.line("}")
+        t.line("nvvm.wgmma.wait.group.sync.aligned 0")
+        # accumulator register j of a thread: row 16 (warp % 4) + lane / 4 (+ 8), column
+        # 8 (j / 4) + 2 (lane % 4) (+ 1) — the layout the probe confirmed
+        lane = t.arith("remui", tid, 32)
+        row_base = t.add(t.add(m0, t.mul(wg, 64)),
+                         t.add(t.mul(t.arith("remui", warp, 4), 16), t.arith("divui", lane, 4)))
+        col_base = t.add(n0, t.mul(t.arith("remui", lane, 4), 2))
+        cells = []
+        for j in range(bn // 2):
+            row = t.add(row_base, 8 * ((j % 4) // 2))
+            col = t.add(col_base, 8 * (j // 4) + j % 2)
+            cells.append((row, col, t.emit(f"llvm.extractvalue {result}[{j}] : {acc_type}")))
+        if stages_output(con, k):
+            # persistent: the tile goes out through the stages the next prologue leaves
+            # idle (STAGES - 2 and up)
+            _staged_epilogue(t, k, batch, cells, sm, sm_type, tid, m0, n0, bn,
+                             base=(stages - 2) * stage_bytes // 2 if next_prologue else 0,
+                             then=next_prologue)
+        else:
+            if next_prologue is not None:
+                t.line("gpu.barrier")     # every warpgroup's products have read the stages
+                next_prologue()
+            _epilogue(k, t, batch, cells, pairs=True)
+
+    acc_type = "!llvm.struct<(" + ", ".join(["f32"] * (bn // 2)) + ")>"
+    if not blocks:
+        output_tile((m0, n0, batch), "loop")
+        grid = (gx, gy, nb * splits)
     else:
-        _epilogue(k, t, batch, cells, pairs=True)
+        tiles = gx * gy * nb
+        tile = t.fresh()
+        t.line(f"scf.for {tile} = {first_tile} to {t.const(tiles)} step {t.const(blocks)} {{")
+
+        def coordinates(linear: str) -> tuple:
+            bx = t.arith("remui", linear, gx)
+            rest = t.arith("divui", linear, gx)
+            return tile_coordinates(t, con, k, BM, bn, bx, t.arith("remui", rest, gy),
+                                    t.arith("divui", rest, gy))
+
+        coords = coordinates(tile)
+
+        def next_prologue() -> None:
+            """The block's next tile (if any): its first k-tiles into stages 0 ..
+            STAGES - 3 while this tile goes out."""
+            here = (k.m0, k.n0, k.batch)
+            nxt = t.add(tile, blocks)
+            t.line(f"scf.if {t.emit(f'arith.cmpi ult, {nxt}, {t.const(tiles)} : index')} {{")
+            there = coordinates(nxt)
+            lo, hi = k_tile_range(t, k, K // BK)
+            prologue(lo, hi, there)
+            t.line("}")
+            k.m0, k.n0, k.batch = here
+
+        output_tile(coords, t.emit(f"arith.cmpi eq, {tile}, {first_tile} : index"),
+                    next_prologue)
+        t.line("}")
+        grid = (blocks, 1, 1)
     text = _module(name, _signature(con, None, THREADS, splits, blocks_per_sm), t)
-    grid = (-(-N // bn), -(-M // BM), max(1, con.size("batch")) * splits)
     return text, grid, (THREADS, 1, 1), total + 1024
 
 
@@ -323,7 +414,7 @@ def stages(con: Contraction, splits: int) -> bool:
 
 
 def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type: str,
-                     tid: str, m0: str, n0: str, bn: int) -> None:
+                     tid: str, m0: str, n0: str, bn: int, base: int = 0, then=None) -> None:
     """Write the output tile rounded to bf16 through shared memory: each thread puts its
     accumulator pairs (4 bytes) into the idle stages as a [128][bn + pad] bf16 tile, then
     the block copies it out in 16-byte pieces, a warp writing 512 contiguous bytes of a row
@@ -336,9 +427,12 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
     pitch = bn + _PITCH_PAD
     t.line("nvvm.cp.async.wait.group 0")
     t.line("gpu.barrier")                 # every warpgroup's products have read the stages
+    if then is not None:                  # (the next tile's prologue: below ``base``)
+        then()
     for i in range(0, len(cells), 2):
         (row, col, lo), hi = cells[i], cells[i + 1][2]
-        at = t.add(t.mul(t.arith("subi", row, m0), pitch), t.arith("subi", col, n0))
+        at = t.add(t.add(t.mul(t.arith("subi", row, m0), pitch), t.arith("subi", col, n0)),
+                   base)
         pair = t.emit(f"vector.from_elements {t.emit(f'arith.truncf {lo} : f32 to bf16')}, "
                       f"{t.emit(f'arith.truncf {hi} : f32 to bf16')} : vector<2xbf16>")
         t.line(f"vector.store {pair}, {sm}[{at}] {{alignment = 4}} : {sm_type}, "
@@ -357,7 +451,8 @@ def _staged_epilogue(t: _Text, k: _Kernel, batch: dict, cells, sm: str, sm_type:
             piece = t.add(tid, q * THREADS)
             r = t.arith("divui", piece, per_row)
             c = t.mul(t.arith("remui", piece, per_row), 8)
-            v = t.emit(f"vector.load {sm}[{t.add(t.mul(r, pitch), c)}] {{alignment = 16}} : "
+            v = t.emit(f"vector.load {sm}[{t.add(t.add(t.mul(r, pitch), c), base)}] "
+                       "{alignment = 16} : "
                        f"{sm_type}, vector<8xbf16>")
             row, col = t.add(m0, r), t.add(n0, c)
             index = loaded = None

@@ -905,6 +905,14 @@ def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
     bx = t.emit("gpu.block_id x")
     by = t.emit("gpu.block_id y")
     bz = t.emit("gpu.block_id z")
+    return (tid,) + tile_coordinates(t, con, k, m_tile, n_tile, bx, by, bz)
+
+
+def tile_coordinates(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int,
+                     bx: str, by: str, bz: str):
+    """(first output row, first column, batch indices) of the tile that block (``bx``,
+    ``by``, ``bz``) of the kernel's grid computes (in groups of m-tiles: :func:`tile_order`),
+    also set on ``k``; with split-K, ``bz`` also names the block's slice (``k.slice``)."""
     gx, gy = -(-con.size("n") // n_tile), -(-con.size("m") // m_tile)
     group = tile_order(gx, gy)
     if group:                           # block (bx, by) -> tile (n, m) in groups of m-tiles
@@ -921,7 +929,7 @@ def _begin(t: _Text, con: Contraction, k: _Kernel, m_tile: int, n_tile: int):
         bz = t.arith("divui", bz, k.splits)
     batch = k.split("batch", bz) if con.groups["batch"] else {}
     k.m0, k.n0, k.batch = m0, n0, batch
-    return tid, m0, n0, batch
+    return m0, n0, batch
 
 
 def k_tile_range(t: _Text, k: _Kernel, n_tiles: int) -> tuple[str, str]:
@@ -1389,6 +1397,11 @@ class FormContractionKernels(ModulePass):
     #: overlaps the other's multiplies; 1: one block an SM, 128 x 256 (or 128) tiles in
     #: four stages
     blocks_per_sm: int = 1
+    #: the wgmma products of more than one wave (no k slices, one block an SM) as
+    #: persistent blocks (contraction_wgmma.persistent_blocks): one block an SM walks its
+    #: tiles, staging the next tile's first k-tiles while the last one goes out; false: a
+    #: block a tile
+    persistent: bool = False
 
     def __post_init__(self):
         if self.blocks_per_sm not in (1, 2):
@@ -1480,6 +1493,8 @@ class FormContractionKernels(ModulePass):
                 if self.blocks_per_sm == 2 and wg.paired_blocks(con, splits):
                     make = functools.partial(make, bn=wg.PAIRED_BN, stages=wg.PAIRED_STAGES,
                                              blocks_per_sm=2)
+                elif self.persistent and wg.persistent_blocks(con, splits):
+                    make = functools.partial(make, persistent=wg.persistent_blocks(con, splits))
                 text, grid, block, shared = make(con, name, splits)
             else:
                 text, grid, block, shared = make(con, name)
@@ -1507,8 +1522,9 @@ class FormContractionKernels(ModulePass):
                     _hoist_between(con.op, con.narrowed_by)    # its allocation comes first
             if self.epilogue_readers != "none" and wgmma and wg.stages(con, splits):
                 reader = epilogue_readers.match(con, list(con.inputs) + list(con.captured))
+                tiles = wg.tile_grid(con, splits) if wgmma else grid    # not the blocks
                 if reader is not None and epilogue_readers.pays(
-                        reader, grid, self.epilogue_readers):   # computed in its epilogue
+                        reader, tiles, self.epilogue_readers):  # computed in its epilogue
                     con.reader = reader
                     reader.prefetch = self.epilogue_prefetch
                     # the allocations and views of its buffers before the launch

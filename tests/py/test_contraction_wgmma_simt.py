@@ -467,3 +467,88 @@ def test_paired_blocks_rule():
     assert not wg.paired_blocks(Con(640, 1024, 8), 1)     # B2's experts: 320 tiles
     assert not wg.paired_blocks(Con(32768, 768), 2)       # k slices
     assert wg.PAIRED_STAGES * (wg.BM + wg.PAIRED_BN) * 128 + 1024 <= 228 * 1024 // 2 - 1024
+
+
+PERSISTENT = "{chip=sm_90a persistent=true}"
+
+
+@pytest.mark.parametrize("m,k,n,wide", [
+    (300, 320, 264, False),     # 3 x 3 tiles of 128 x 128, edges, five k-tiles
+    (200, 128, 520, True),      # 2 x 3 tiles of 128 x 256, edges
+    (256, 64, 512, True),       # whole tiles, one k-tile: the next prologue is the whole
+])                              # k-loop's staging
+def test_persistent_blocks_write_every_tile_rounded(monkeypatch, m, k, n, wide):
+    """``persistent=true`` (here two blocks, so each walks several tiles): a block stages
+    its next tile's first k-tiles after its products have read the stages, and writes the
+    finished tile rounded to bf16 through the two stages that leaves idle; every element
+    still equals the f32 sums rounded to bf16 (up to order), and the interpreter finds no
+    shared-memory race (a staged tile overwritten before every thread read it, a stage
+    refilled while a wgmma still reads it).  Without the option: a block a tile."""
+    import latch.passes.contraction_wgmma as wg
+    from test_contraction_simt import run_pass
+
+    monkeypatch.setattr(wg, "PERSISTENT_BLOCKS", 2)
+    monkeypatch.setattr(wg, "BN", 256 if wide else 128)
+    text = _rounded_product(m, k, n)
+    bn = 256 if wide else 128
+    tiles = -(-n // bn) * -(-m // 128)
+    mod, _ = run_pass(text, WGMMA)
+    (launch,) = _launches(mod)
+    assert launch[1] == (-(-n // bn), -(-m // 128), 1)
+    mod, ctx = run_pass(text, PERSISTENT)
+    (launch,) = _launches(mod)
+    assert launch[1] == (2, 1, 1) and tiles > 2
+    kernel = str(mod).split("gpu.module", 1)[1]
+    # the first tile's prologue, the next tile's, the k-loop's one group a trip
+    assert kernel.count("nvvm.cp.async.commit.group") == 2 * (wg.STAGES - 2) + 1
+    _check_rounded(mod, ctx, m, k, n, seed=11)
+
+
+@pytest.mark.parametrize("sizes,a_idx,b_idx,c_idx", [
+    ({"m": 300, "n": 200, "k": 192}, "mk", "kn", "mn"),        # f32 output, edges
+    ({"b": 3, "m": 136, "n": 72, "k": 128}, "bmk", "bkn", "bmn"),   # batched tiles
+], ids=["f32-output", "batched"])
+def test_persistent_blocks_accumulate_into_f32(monkeypatch, sizes, a_idx, b_idx, c_idx):
+    """An output the kernel adds to in f32 (no staging through shared memory): the next
+    tile's prologue comes after a barrier that every warpgroup reaches once its products
+    are done; batched products walk the tiles of every batch entry."""
+    import latch.passes.contraction_wgmma as wg
+
+    monkeypatch.setattr(wg, "PERSISTENT_BLOCKS", 2)
+    m = check(sizes, a_idx, b_idx, c_idx, options=PERSISTENT, expect_kernel="wgmma")
+    (_, grid, _), = _launches(m)
+    assert grid == (2, 1, 1)
+
+
+def test_persistent_blocks_in_groups_of_m_tiles(monkeypatch):
+    """Tiles taken in groups of m-tiles (tile_order) from the linear tile number a
+    persistent block walks: every tile computed once."""
+    import latch.passes.contraction_wgmma as wg
+    import latch.passes.form_contraction_kernels as fck
+
+    monkeypatch.setattr(fck, "RASTER_GROUP", 2)
+    monkeypatch.setattr(wg, "PERSISTENT_BLOCKS", 4)
+    m = check({"m": 300, "n": 600, "k": 64}, "mk", "nk", "mn", options=PERSISTENT,
+              expect_kernel="wgmma")
+    (_, grid, _), = _launches(m)
+    assert grid == (4, 1, 1) and "arith.minui" in str(m).split("nvvm.wgmma.fence")[0]
+
+
+def test_persistent_blocks_rule():
+    """Which products persist: no k slices and more tiles than one wave of blocks."""
+    import latch.passes.contraction_wgmma as wg
+
+    class Con:
+        def __init__(self, m, n, batch=0):
+            self.sizes = {"m": m, "n": n, "batch": batch, "k": 768}
+
+        def size(self, g):
+            return self.sizes[g]
+
+    import unittest.mock as mock
+    with mock.patch.object(wg, "n_tile", lambda con: 256):
+        assert wg.persistent_blocks(Con(32768, 2304), 1) == wg.PERSISTENT_BLOCKS
+        assert wg.persistent_blocks(Con(32768, 2304), 2) == 0         # k slices
+        assert wg.persistent_blocks(Con(640, 768, 8), 1) == 0          # 120 tiles: a wave
+        assert wg.persistent_blocks(Con(640, 1024, 8), 1) == wg.PERSISTENT_BLOCKS   # 160
+        assert wg.persistent_blocks(Con(10240, 1024, 8), 1) == wg.PERSISTENT_BLOCKS
