@@ -42,7 +42,10 @@ def written_arguments(kernel) -> list[bool]:
                 if any(writes(r) for r in user.results):
                     return True
             elif user.name == "nvgpu.device_async_copy":
-                if use.operand_number != 2:          # (dst, dst indices, src, ...)
+                # operands (dst, one index a dimension of dst, src, ...): a source copied
+                # into a [stage, row, column] buffer is operand 4, not 2
+                src = 1 + ir.MemRefType(user.operands[0].type).rank
+                if use.operand_number != src:
                     return True
             elif user.name not in _READS:
                 return True
