@@ -132,3 +132,27 @@ def test_accumulating_variant_sums_gradients_in_the_products_epilogues(tmp_path,
     # accumulating one also its two accumulations
     fewer = [b - a for a, b in zip(launches[True], launches[False])]
     assert max(fewer) >= 5 and min(fewer) >= 3, (launches[True], launches[False])
+
+
+def test_persistent_products_update_the_same_bits(tmp_path, monkeypatch):
+    """``persistent=true`` with one block (so every product of several tiles walks them
+    all in one block, staging the next tile's k-tiles under each epilogue): the MoE layer's
+    update — products skipping empty capacity slots, the SwiGLU forward and backward in
+    their products' epilogues — gives the same bits as a block a tile."""
+    import latch.passes.contraction_wgmma as wg
+
+    monkeypatch.setattr(wg, "PERSISTENT_BLOCKS", 1)
+
+    def form(on: bool) -> str:
+        return _form_readers(True).replace(
+            "epilogue-prefetch=true", "epilogue-prefetch=false" + (" persistent=true" if on
+                                                                   else ""))
+
+    _, _, _, runs = _same_bits(MoELayer, _inputs, form, tmp_path, monkeypatch)
+    persistent = runs[True][3]
+    walked = [p for p in re.split(r"gpu\.module @", persistent)
+              if p.startswith("latch_contract") and "nvvm.wgmma" in p and
+              p.count("nvvm.cp.async.commit.group") == 2 * (wg.STAGES - 2) + 1]
+    # among them products that skip empty slots and that compute a reader
+    assert any("math.exp" in p for p in walked), "no reader in a walking product"
+    assert any("memref.load %arg" in p.split("nvvm.wgmma")[0] for p in walked)
