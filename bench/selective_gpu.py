@@ -79,8 +79,11 @@ def child(engine: str, args) -> dict:
     if engine.startswith("latch"):        # latch-<suffix>: the build with that suffix
         import latch
         suffix = engine[len("latch"):]
-        prog = latch.load(os.path.join(ART, f"tinymoe196m-b2-bf16-every{args.every}{suffix}"
-                                            ".latch"))
+        from tinymoe196m_build import artifact_record
+
+        name = f"b2-bf16-every{args.every}{suffix}"
+        prog = latch.load(os.path.join(ART, f"tinymoe196m-{name}.latch"))
+        out.update(artifact_record(name, ART))      # which sources built it
         d = prog.describe()
         out["variants"] = d["variants"]
         state = prog.init(model)
@@ -222,6 +225,11 @@ def main() -> int:
         records.append(rec)
         extra = ""
         if engine.startswith("latch"):
+            from tinymoe_bench_gpu import provenance_warning
+
+            warning = provenance_warning(rec, env["commit"])
+            if warning:
+                print(f"{engine}: WARNING {warning}", flush=True)
             extra = (f"  variants {[(v['kernels'], v['copies']) for v in rec['variants']]}, "
                      f"expert state changed at microbatch "
                      f"{rec['expert_state_changed_at_microbatch']}")

@@ -130,6 +130,52 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 OUT = os.path.join(ROOT, "bench", "artifacts", "tinymoe196m")
 
 
+#: the tracked sources an artifact is compiled from (a change there makes the stamp dirty)
+SOURCES = ("latch", "passes", "dialect", "bench/tinymoe_model.py", "bench/tinymoe196m_build.py")
+
+
+def source_stamp(root: str = ROOT) -> str:
+    """The commit the checkout's compiler sources are at, short, with ``+dirty`` when
+    they differ from it (uncommitted edits); "unknown" without git.  Recorded with each
+    build (build.json ``source``) so that a GPU run states which program it ran — not
+    the commit the person starting it believes (the twenty-fourth stop found B32,
+    selective and looped artifacts built at an earlier commit than the one their runs
+    were labelled with)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                *SOURCES], cwd=root, capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def file_sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def artifact_record(name: str, out: str = OUT) -> dict:
+    """What build.json says of build ``name`` and whether its artifact on disk is the one
+    that build wrote: {"artifact_source": stamp or None, "artifact_is_recorded": bool or
+    None (no record of its bytes)} — for the GPU benches' records."""
+    path = os.path.join(out, f"tinymoe196m-{name}.latch")
+    try:
+        rec = json.load(open(os.path.join(out, "build.json"))).get(name, {})
+    except (OSError, ValueError):
+        rec = {}
+    sha = rec.get("artifact_sha256")
+    return {"artifact_source": rec.get("source"),
+            "artifact_is_recorded": (file_sha256(path) == sha) if sha and
+            os.path.exists(path) else None}
+
+
 def fingerprint(model) -> dict:
     """Sum and sum of squares (float64) of a few parameters: the same seed must give the
     same model on the GPU machine."""
@@ -299,7 +345,8 @@ def build(name: str) -> dict:
         rule = selective_rule(recipe, int(variant[0][len("every"):]))
     model, example = make(batch=batch)
     rec = {"precision": precision, "batch": batch, "recipe": recipe, "attention": attention,
-           "deterministic": deterministic, "repeat": repeat, "fingerprint": fingerprint(model)}
+           "deterministic": deterministic, "repeat": repeat, "fingerprint": fingerprint(model),
+           "source": source_stamp()}
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications
@@ -330,6 +377,7 @@ def build(name: str) -> dict:
     prog.save(path)
     rec["artifact"] = os.path.relpath(path, ROOT)
     rec["artifact_bytes"] = os.path.getsize(path)
+    rec["artifact_sha256"] = file_sha256(path)
     rec["report"] = prog.report().splitlines()
     return rec
 

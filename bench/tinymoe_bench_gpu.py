@@ -193,6 +193,21 @@ def runtime_env(engine: str) -> dict:
     return env
 
 
+def provenance_warning(res: dict, commit: str) -> str | None:
+    """Why a Latch engine's record may not be the program its run is labelled with: its
+    artifact built from other sources than ``commit`` (LATCH_COMMIT) or from uncommitted
+    ones, or not the file its build recorded (rebuilt or copied since); None if neither
+    (or nothing is known: artifacts built before build.json kept their source)."""
+    source, recorded = res.get("artifact_source"), res.get("artifact_is_recorded")
+    problems = []
+    if source and (source.endswith("+dirty") or
+                   not (commit.startswith(source) or source.startswith(commit))):
+        problems.append(f"artifact built from {source}, run labelled {commit}")
+    if recorded is False:
+        problems.append("artifact is not the file its build recorded")
+    return "; ".join(problems) or None
+
+
 def build_name(batch: int, looped: bool, suffix: str = "") -> str:
     """The bench/tinymoe196m_build.py build (and artifact) of a workload (``suffix``: a
     LATCH_ENGINES value, e.g. "-flash" for the ``latch-flash`` engine)."""
@@ -203,10 +218,15 @@ def run_latch(batch, idx, tgt, model, args, looped=False, suffix="") -> dict:
     import torch
 
     import latch
-    prog = latch.load(os.path.join(ART, f"tinymoe196m-{build_name(batch, looped, suffix)}.latch"))
+    from tinymoe196m_build import artifact_record
+
+    name = build_name(batch, looped, suffix)
+    prog = latch.load(os.path.join(ART, f"tinymoe196m-{name}.latch"))
     d = prog.describe()
     out = {"launches": d["kernels"], "kernel_modules": d["modules"],
            "arena_bytes": d["arena_bytes"], "streams": d.get("streams")}
+    # which compiler sources built it (build.json), and whether the file is that build's
+    out.update(artifact_record(name, ART))
 
     def curve():
         state = prog.init(model)
@@ -470,6 +490,9 @@ def main() -> int:
             if "failed" in res:
                 print(f"{tag} {engine}: FAILED {json.dumps(res)[:1500]}", flush=True)
             else:
+                warning = provenance_warning(res, env["commit"])
+                if warning:
+                    print(f"{tag} {engine}: WARNING {warning}", flush=True)
                 extra = (f" {res['launches']} launches, arena {res['arena_bytes']:,} B"
                          if engine.startswith("latch") else "")
                 if "bitwise_repeatable" in res:

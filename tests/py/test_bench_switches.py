@@ -92,3 +92,38 @@ def test_each_latch_curve_is_compared_with_the_others():
     assert abs(devs["latch-zerofill"]["latch"] - 0.1) < 1e-12
     assert set(devs["latch-zerofill"]) == {"torch-compile-graph", "latch-base", "latch"}
     assert devs["latch-base"] == {"torch-compile-graph": 0.0, "latch": 0.0}
+
+
+def test_artifacts_record_the_sources_they_were_built_from(tmp_path):
+    """build.json keeps each build's source stamp and its artifact's sha256; the GPU
+    bench reads them back and warns when a run's label is not the artifact's source (the
+    twenty-fourth stop's B32 / selective / looped runs ran be8d363's artifacts labelled
+    17bb732) or the file is no longer the one built."""
+    import json
+
+    import tinymoe196m_build as tb
+    import tinymoe_bench_gpu as bench
+
+    stamp = tb.source_stamp()
+    head = stamp.split("+")[0]
+    assert stamp == "unknown" or len(head) >= 7
+    art = tmp_path / "tinymoe196m-b2-bf16.latch"
+    art.write_bytes(b"program")
+    (tmp_path / "build.json").write_text(json.dumps({"b2-bf16": {
+        "source": "abc1234", "artifact_sha256": tb.file_sha256(str(art))}}))
+    rec = tb.artifact_record("b2-bf16", str(tmp_path))
+    assert rec == {"artifact_source": "abc1234", "artifact_is_recorded": True}
+    res = rec
+    assert bench.provenance_warning(res, "abc1234") is None
+    assert bench.provenance_warning(res, "abc1234567") is None        # longer sha, same
+    assert "built from abc1234, run labelled def5678" in bench.provenance_warning(res, "def5678")
+    assert "built from abc1234+dirty" in bench.provenance_warning(
+        dict(res, artifact_source="abc1234+dirty"), "abc1234")
+    art.write_bytes(b"another program")                              # rebuilt since
+    rec = tb.artifact_record("b2-bf16", str(tmp_path))
+    assert rec["artifact_is_recorded"] is False
+    assert "not the file its build recorded" in bench.provenance_warning(rec, "abc1234")
+    # no record (artifacts built before the stamp): nothing known, no warning
+    assert tb.artifact_record("b32-bf16", str(tmp_path)) == {"artifact_source": None,
+                                                             "artifact_is_recorded": None}
+    assert bench.provenance_warning({}, "abc1234") is None
