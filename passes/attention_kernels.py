@@ -34,6 +34,7 @@ one-shot-bufferize{bufferize-function-boundaries}, latch-form-attention-kernels)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from latch.errors import PassError
@@ -367,6 +368,8 @@ class _Gen:
         """(lines defining the shared tiles, placed before the kernel's lines; dynamic
         shared bytes): one view of dynamic shared memory a tile."""
         t = self.t
+        if not self.views:             # (the split forward's combining kernel)
+            return [], 0
         dyn = f"memref<?xi8, {_WG}>"
         views, offset = [f"%dyn = gpu.dynamic_shared_memory : {dyn}"], 0
         for smem, stype in self.views:
@@ -391,27 +394,46 @@ def _mem(n: int, rows: int, E: int | None = None, elem: str = "bf16") -> str:
 
 
 def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
-                   heavy_first: bool = True, gen=None) -> tuple[str, tuple, tuple, int]:
+                   heavy_first: bool = True, gen=None, split: int = 0
+                   ) -> tuple[str, tuple, tuple, int]:
     """(module text, grid, block, dynamic shared bytes) of ``o, lse = attention(q, k, v)``;
-    ``gen``: the emitter class (:class:`_Gen`, ``mma.sync``; or attention_wgmma's)."""
+    ``gen``: the emitter class (:class:`_Gen`, ``mma.sync``; or attention_wgmma's).
+    ``split`` > 0 (causal only): block (query tile i, batch entry, z) takes key tiles
+    ``split z`` .. ``min(split (z + 1), i + 1)``.  A query tile of one slice (i <
+    ``split``) is finished by its block z = 0 as without the split (the other z do
+    nothing); the others' blocks write their unnormalized partial output, row maxima and
+    row sums to slice z of ``%WO``, ``%WM``, ``%WL`` (a block with no key tiles: -inf and
+    0) for :func:`combine_kernel`."""
+    if split:
+        heavy_first = False
     g = (gen or _Gen)(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, ks, vs = g.shared("%Qs", 1), g.shared("%Ks"), g.shared("%Vs")
     q0 = t.mul(g.bx, BLOCK)
+    lo = t.const(0)
+    if split:                         # this block's slice of the key tiles
+        assert s.causal, "split attention is for causal attention"
+        part = t.emit("gpu.block_id z")
+        lo = t.mul(part, split)
     g.stage_tile("%Q", qt, q0, qs, t.const(0))
-    g.stage_tile("%K", kt, t.const(0), ks, t.const(0))
-    g.stage_tile("%V", kt, t.const(0), vs, t.const(0))
+    first_key = t.mul(lo, BLOCK) if split else t.const(0)
+    g.stage_tile("%K", kt, first_key, ks, t.const(0))
+    g.stage_tile("%V", kt, first_key, vs, t.const(0))
     g.commit()
     hi = t.add(g.bx, 1) if s.causal else t.const(s.S // BLOCK)
+    if split:
+        hi = t.arith("minui", hi, t.add(lo, split))
     zero = g.f32(0.0)
     n_o = E // 8 * 4
-    j, args, res = g.open_loop(t.const(0), hi, [g.neg_inf()] * 2 + [zero] * 2 + [zero] * n_o)
+    j, args, res = g.open_loop(lo, hi, [g.neg_inf()] * 2 + [zero] * 2 + [zero] * n_o)
     m_old, l_old = args[0:2], args[2:4]
     o = [args[4 + 4 * i:8 + 4 * i] for i in range(E // 8)]
-    stage = t.arith("remui", j, 2)
+    step = t.arith("subi", j, lo) if split else j
+    stage = t.arith("remui", step, 2)
     nxt = t.add(j, 1)
-    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi, t.arith("remui", nxt, 2))
+    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi,
+               t.arith("remui", t.add(step, 1) if split else nxt, 2))
     sc = g.product_nt(qs, t.const(0), ks, stage)
     k0 = t.mul(j, BLOCK)
     c = g.f32(s.scale * LOG2E)
@@ -447,6 +469,9 @@ def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
     m = [f"{res}#{i}" for i in range(2)]
     l_sum = [g.quad(f"{res}#{2 + i}", "arith.addf") for i in range(2)]
     o = [[f"{res}#{4 + 4 * ni + r}" for r in range(4)] for ni in range(E // 8)]
+    if split:    # a query tile of one slice finishes here; the others' slices: partials
+        t.line(f"scf.if {t.emit(f'arith.cmpi ult, {g.bx}, {t.const(split)} : index')} {{")
+        t.line(f"scf.if {t.emit(f'arith.cmpi eq, {part}, {t.const(0)} : index')} {{")
     inv = [g.f("arith.divf", g.f32(1.0), l_sum[i]) for i in range(2)]
     g.store_rows("%O", qt, q0, o, inv)
     # lse = (m + log2 l) ln 2, by the first thread of each row
@@ -457,9 +482,113 @@ def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
                   t.emit(f"math.log {l_sum[half]} : f32"))
         t.line(f"memref.store {lse}, %LSE[{g.bz}, {row}] : {lt}")
     t.line("}")
+    if split:
+        t.line("}")
+        t.line("} else {")
+        _store_partials(g, s, part, q0, m, l_sum, o, split)
+        t.line("}")
+        wo, ws = workspace_types(s, split)
+        text, shared = g.module(name, "attention", [
+            ("%Q", qt), ("%K", kt), ("%V", kt), ("%O", qt), ("%LSE", lt), ("%WO", wo),
+            ("%WM", ws), ("%WL", ws)])
+        return text, (s.L // BLOCK, s.n, split_parts(s, split)), (THREADS, 1, 1), shared
     text, shared = g.module(name, "attention", [("%Q", qt), ("%K", kt), ("%V", kt),
                                                 ("%O", qt), ("%LSE", lt)])
     return text, g.grid(s.L // BLOCK), (THREADS, 1, 1), shared
+
+
+def split_parts(shape: Shape, split: int) -> int:
+    """Slices of key tiles a query tile's work is cut into (the last query tile's)."""
+    return -(-(shape.S // BLOCK) // split)
+
+
+def split_rows(shape: Shape, split: int) -> int:
+    """Query rows whose tiles have several slices (tile ``split`` on)."""
+    return shape.L - split * BLOCK
+
+
+def workspace_types(shape: Shape, split: int) -> tuple[str, str]:
+    """(partial outputs, partial row statistics) memref types of a split forward: a slice
+    of every split query row."""
+    parts, rows = split_parts(shape, split), split_rows(shape, split)
+    return (f"memref<{parts}x{shape.n}x{rows}x{shape.E}xf32>",
+            f"memref<{parts}x{shape.n}x{rows}xf32>")
+
+
+def workspace_bytes(shape: Shape, split: int) -> int:
+    """Bytes of a split forward's partials: outputs, row maxima, row sums."""
+    return 4 * split_parts(shape, split) * shape.n * split_rows(shape, split) * (shape.E + 2)
+
+
+def _store_partials(g: _Gen, s: Shape, part: str, q0: str, m, l_sum, o, split: int) -> None:
+    """The end of a split forward's block of a query tile of several slices: its
+    unnormalized output (f32 pairs) and, by the first thread of each row, its row maxima
+    (log2 units) and row sums, into slice ``part`` of the workspace (rows from the first
+    split tile's on)."""
+    t, E = g.t, s.E
+    wo, ws = workspace_types(s, split)
+    for ni in range(E // 8):
+        for half in (0, 1):
+            row, col = g.cell(t.arith("subi", q0, split * BLOCK), t.const(0), ni, 2 * half)
+            v = t.emit(f"vector.from_elements {o[ni][2 * half]}, {o[ni][2 * half + 1]} : "
+                       "vector<2xf32>")
+            t.line(f"vector.store {v}, %WO[{part}, {g.bz}, {row}, {col}] {{alignment = 8}} : "
+                   f"{wo}, vector<2xf32>")
+    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {g.tq}, {t.const(0)} : index')} {{")
+    for half in (0, 1):
+        row = t.arith("subi", t.add(t.add(q0, g.wrow), t.add(g.g, 8 * half)), split * BLOCK)
+        t.line(f"memref.store {m[half]}, %WM[{part}, {g.bz}, {row}] : {ws}")
+        t.line(f"memref.store {l_sum[half]}, %WL[{part}, {g.bz}, {row}] : {ws}")
+    t.line("}")
+
+
+def combine_kernel(shape: Shape, name: str, operands: dict | None, split: int
+                   ) -> tuple[str, tuple, tuple, int]:
+    """(module text, grid, block, 0) of the kernel that finishes a split forward: thread
+    (row, 8 columns) takes the row's slices' maxima ``m_z``, their largest ``M``, weights
+    ``w_z = exp2(m_z - M)`` (0 for a slice with no tiles, whose maximum is -inf; the first
+    slice always has the diagonal), ``l = Σ w_z l_z``, writes ``o = Σ w_z o_z / l`` as bf16
+    and, for the row's first columns, ``lse = (M + log2 l) ln 2`` — the unsplit kernel's
+    formulas, summed in slice order."""
+    g = _Gen(shape, operands)
+    t, E, s = g.t, shape.E, shape
+    parts = split_parts(s, split)
+    wo, ws = workspace_types(s, split)
+    qt, lt = _mem(s.n, s.L, E), _mem(s.n, s.L, None, "f32")
+    groups = E // 8                                   # 8-column pieces a row
+    rows = THREADS // groups
+    row = t.add(t.mul(g.bx, rows), t.arith("divui", g.tid, groups))   # of the workspace
+    col = t.mul(t.arith("remui", g.tid, groups), 8)
+    ms = [t.emit(f"memref.load %WM[{t.const(z)}, {g.bz}, {row}] : {ws}") for z in range(parts)]
+    top = ms[0]
+    for v in ms[1:]:
+        top = g.f("arith.maximumf", top, v)
+    total, acc = None, None
+    for z in range(parts):
+        w = t.emit(f"math.exp2 {g.f('arith.subf', ms[z], top)} : f32")
+        lz = t.emit(f"memref.load %WL[{t.const(z)}, {g.bz}, {row}] : {ws}")
+        wl = g.f("arith.mulf", w, lz)
+        total = wl if total is None else g.f("arith.addf", total, wl)
+        oz = t.emit(f"vector.load %WO[{t.const(z)}, {g.bz}, {row}, {col}] "
+                    f"{{alignment = 16}} : {wo}, vector<8xf32>")
+        wv = t.emit(f"vector.broadcast {w} : f32 to vector<8xf32>")
+        term = t.emit(f"arith.mulf {oz}, {wv} : vector<8xf32>")
+        acc = term if acc is None else t.emit(f"arith.addf {acc}, {term} : vector<8xf32>")
+    inv = t.emit(f"vector.broadcast {g.f('arith.divf', g.f32(1.0), total)} : f32 to "
+                 "vector<8xf32>")
+    out = t.emit(f"arith.truncf {t.emit(f'arith.mulf {acc}, {inv} : vector<8xf32>')} : "
+                 "vector<8xf32> to vector<8xbf16>")
+    q_row = t.add(row, split * BLOCK)
+    t.line(f"vector.store {out}, {g.at('%O', q_row, col)} {{alignment = 16}} : "
+           f"{g.type_of('%O', qt)}, vector<8xbf16>")
+    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {col}, {t.const(0)} : index')} {{")
+    lse = g.f("arith.addf", g.f("arith.mulf", top, g.f32(LN2)),
+              t.emit(f"math.log {total} : f32"))
+    t.line(f"memref.store {lse}, %LSE[{g.bz}, {q_row}] : {lt}")
+    t.line("}")
+    text, _ = g.module(name, "combine", [("%WO", wo), ("%WM", ws), ("%WL", ws),
+                                         ("%O", qt), ("%LSE", lt)])
+    return text, (split_rows(s, split) // rows, s.n, 1), (THREADS, 1, 1), 0
 
 
 def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None) -> list[str]:
@@ -646,8 +775,18 @@ def _collapsed(value, rows_dims: int):
                               for d in grp]) for grp in groups])}).result
 
 
+def _combine(shape: Shape, name: str, operands: dict | None, heavy_first: bool, gen,
+             split: int):
+    """:func:`combine_kernel` called as the other kernels are."""
+    return combine_kernel(shape, name, operands, split)
+
+
+#: FormAttentionKernels.kv_split: forwards of fewer blocks than this are split (four waves
+#: of two blocks on 132 SMs; TinyMoE B2: 384 blocks, B32: 6,144)
+SPLIT_BELOW = 4 * 2 * 132
+
 _KERNEL_NAMES = {forward_kernel: "attention", dq_kernel: "attention_dq",
-                 dkdv_kernel: "attention_dkdv"}
+                 dkdv_kernel: "attention_dkdv", _combine: "combine"}
 # operand -> dimensions after the batch: 2 for [.., rows, E], 1 for [.., rows]
 _RANKS = {"latch.attention": (2, 2, 2, 2, 1),
           "latch.attention_grad": (2, 2, 2, 1, 2, 1, 2, 2, 2)}
@@ -667,6 +806,10 @@ class FormAttentionKernels(ModulePass):
     heavy_first: bool = True
     #: sm_90a: wgmma kernels (passes/attention_wgmma.py) where the head dimension is 64
     chip: str = "sm_90"
+    #: > 0: a causal forward of fewer than SPLIT_BELOW blocks (TinyMoE B2's 384) cut into
+    #: blocks of at most this many key tiles, finished by :func:`combine_kernel` — the
+    #: last query tile's 16 key tiles no longer one block's chain; 0: a block a query tile
+    kv_split: int = 0
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -690,6 +833,16 @@ class FormAttentionKernels(ModulePass):
         index = ir.IndexType.get()
         i32 = ir.IntegerType.get_signless(32)
         from latch.passes import attention_wgmma
+        from latch.passes.form_contraction_kernels import _block_key, _byte_allocation
+        split_of = {id(op): self._split(op) for op in found}
+        need, blocks = {}, {}        # one workspace a function: its forwards run in order
+        for op in found:
+            if split_of[id(op)]:
+                key = _block_key(op)
+                size = workspace_bytes(_shape_of(op)[0], split_of[id(op)])
+                need[key] = max(need.get(key, 0), size)
+                blocks[key] = op.operation.block
+        workspaces = {key: _byte_allocation(blocks[key], size) for key, size in need.items()}
         for op in found:
             shape, strided = _shape_of(op)
             gen = attention_wgmma.WgmmaGen if self.chip == "sm_90a" and \
@@ -701,7 +854,21 @@ class FormAttentionKernels(ModulePass):
             with ir.InsertionPoint(op), op.location:
                 operands = [v if i in strided else _collapsed(v, r)
                             for i, (v, r) in enumerate(zip(op.operands, _RANKS[op.name]))]
-                if op.name == "latch.attention":
+                split = split_of[id(op)]
+                if split:            # the slices' partials, then the kernel combining them
+                    wo, ws = (ir.Type.parse(x) for x in workspace_types(shape, split))
+                    parts = []
+                    offset = 0
+                    for ty in (wo, ws, ws):
+                        at = ir.Operation.create("arith.constant", [index], attributes={
+                            "value": ir.IntegerAttr.get(index, offset)}).result
+                        parts.append(ir.Operation.create(
+                            "memref.view", [ty], [workspaces[_block_key(op)], at]).result)
+                        offset += 4 * math.prod(ir.MemRefType(ty).shape)
+                    kernels = [functools.partial(forward_kernel, split=split),
+                               functools.partial(_combine, split=split)]
+                    launches = [operands + parts, parts + operands[3:]]
+                elif op.name == "latch.attention":
                     launches = [operands]
                 else:
                     q, k, v, lse, do, delta, dq, dk, dv = operands
@@ -718,7 +885,18 @@ class FormAttentionKernels(ModulePass):
                         return ir.Operation.create(
                             "arith.constant", [type_],
                             attributes={"value": ir.IntegerAttr.get(type_, v)}).result
-                    gpu.LaunchFuncOp([name, _KERNEL_NAMES[make]], tuple(c(v) for v in grid),
+                    kernel = _KERNEL_NAMES[getattr(make, "func", make)]
+                    gpu.LaunchFuncOp([name, kernel], tuple(c(v) for v in grid),
                                      tuple(c(v) for v in block), args,
                                      dynamic_shared_memory_size=c(shared, i32))
             op.erase()
+
+    def _split(self, op) -> int:
+        """The key tiles a block of ``op``'s forward takes (``kv-split``), 0 for none."""
+        if not self.kv_split or op.name != "latch.attention":
+            return 0
+        shape, _ = _shape_of(op)
+        tiles = shape.L // BLOCK
+        if not shape.causal or tiles <= self.kv_split or shape.n * tiles >= SPLIT_BELOW:
+            return 0
+        return self.kv_split

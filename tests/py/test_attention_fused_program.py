@@ -176,3 +176,27 @@ def test_wgmma_attention_update_gives_the_mma_sync_bits(tmp_path, monkeypatch):
     assert got["sm_90a"][1] == got["sm_90"][1]
     for a, b in zip(got["sm_90a"][0], got["sm_90"][0]):
         assert torch.equal(a, b)
+
+
+def test_split_forward_in_a_whole_update(tmp_path, monkeypatch):
+    """``latch-form-attention-kernels{kv-split=2}`` in a whole update (4 query tiles of a
+    causal 256-token sequence, heads of 64): the forward's partials in a workspace of the
+    update, the combining launch after it, the backward reading the combined output and
+    log-sum-exp; loss and parameters as without the split up to rounding (the slices'
+    sums are added in another order)."""
+    torch.manual_seed(0)
+    model = CausalSelfAttention(d=128, heads=2)
+    x, y = torch.randn(2, 256, 128), torch.randn(2, 256, 128)
+    got = {}
+    for split in (0, 2):
+        (tmp_path / str(split)).mkdir()
+        form = FORM.replace("latch-form-attention-kernels,",
+                            f"latch-form-attention-kernels{{chip=sm_90a kv-split={split}}},")
+        new, loss, _, text, _ = _update(model, x, y, "fused", tmp_path / str(split),
+                                        monkeypatch, form=form)
+        assert ("gpu.func @combine" in text) == (split > 0)
+        got[split] = (new, loss)
+    assert abs(got[2][1] - got[0][1]) < 1e-3 * abs(got[0][1])
+    for p, a, b in zip(model.parameters(), got[2][0], got[0][0]):
+        step = b - p.detach().double()
+        assert float((a - b).norm() / step.norm()) < 2e-2

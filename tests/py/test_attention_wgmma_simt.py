@@ -96,3 +96,53 @@ def test_strided_head_views_with_wgmma():
 def test_other_head_dimensions_keep_mma_sync():
     m, _ = _run_pass(_module([1], 64, 64, 32, True, 0.2, grad=True), WGMMA)
     assert "nvvm.mma.sync" in _kernels(m) and "wgmma" not in _kernels(m)
+
+
+@pytest.mark.parametrize("batch,L,split,options", [
+    ([1, 2], 256, 1, WGMMA),       # four query tiles: 1 + 2 + 3 + 4 slices of one key tile
+    ([1, 2], 256, 3, WGMMA),       # the last tile's 4 key tiles as 3 + 1: a short slice
+    ([1], 192, 2, ""),             # mma.sync; the first query tile's second slice empty
+], ids=["wgmma-split1", "wgmma-split3", "mma-split2"])
+def test_split_forward_matches_float64(batch, L, split, options):
+    """``kv-split``: a causal forward's query tile takes its key tiles in slices of at most
+    ``split`` tiles, each block writing its unnormalized output, row maxima and row sums,
+    and a second kernel combines the slices (an empty slice's maximum is -inf: weight 0).
+    The output and log-sum-exp agree with the unsplit kernel's to f32 rounding (before
+    the bf16 store) and with float64 to bf16 accuracy."""
+    E = 64
+    scale = 1.0 / math.sqrt(E)
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (_bf16(batch + [L, E], g) for _ in range(3))
+    with_split = options[:-1] + f" kv-split={split}}}" if options else f"{{kv-split={split}}}"
+    m, ctx = _run_pass(_module(batch, L, L, E, True, scale, grad=False), with_split)
+    host = str(m).split("gpu.module")[0]
+    assert host.count("gpu.launch_func") == 2 and "memref.view" in host
+    assert ("nvvm.wgmma.mma_async" in _kernels(m)) == (options == WGMMA)
+    o, lse = _forward(m, ctx, q, k, v)
+    m, ctx = _run_pass(_module(batch, L, L, E, True, scale, grad=False), options)
+    o1, lse1 = _forward(m, ctx, q, k, v)
+    assert _rel(lse, torch.as_tensor(lse1)) < 1e-6
+    assert _rel(o, torch.as_tensor(o1)) < 8e-3        # bf16 stores of nearby f32 values
+    o_ref, lse_ref = _reference(q, k, v, True, scale)
+    assert _rel(lse, lse_ref) < 1e-5 and _rel(o, o_ref) < 2e-2
+
+
+def test_split_forward_only_where_blocks_are_few(monkeypatch):
+    """Only causal forwards of fewer than SPLIT_BELOW blocks, longer than one slice, are
+    split; the backward kernels never."""
+    import latch.passes.attention_kernels as ak
+
+    causal = _module([2], 256, 256, 64, True, 0.125, grad=False)
+    m, _ = _run_pass(causal, "{chip=sm_90a kv-split=2}")
+    assert str(m).split("gpu.module")[0].count("gpu.launch_func") == 2
+    monkeypatch.setattr(ak, "SPLIT_BELOW", 8)           # 2 x 4 blocks: not fewer
+    m, _ = _run_pass(causal, "{chip=sm_90a kv-split=2}")
+    assert str(m).split("gpu.module")[0].count("gpu.launch_func") == 1
+    monkeypatch.undo()
+    for text in (_module([2], 256, 256, 64, False, 0.125, grad=False),     # not causal
+                 _module([2], 256, 256, 64, True, 0.125, grad=True)):      # backward
+        m, _ = _run_pass(text, "{chip=sm_90a kv-split=2}")
+        assert "memref.view" not in str(m).split("gpu.module")[0]
+    m, _ = _run_pass(_module([2], 128, 128, 64, True, 0.125, grad=False),
+                     "{chip=sm_90a kv-split=2}")            # two key tiles: one slice
+    assert str(m).split("gpu.module")[0].count("gpu.launch_func") == 1
