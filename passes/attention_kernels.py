@@ -515,9 +515,63 @@ def workspace_types(shape: Shape, split: int) -> tuple[str, str]:
             f"memref<{parts}x{shape.n}x{rows}xf32>")
 
 
-def workspace_bytes(shape: Shape, split: int) -> int:
-    """Bytes of a split forward's partials: outputs, row maxima, row sums."""
-    return 4 * split_parts(shape, split) * shape.n * split_rows(shape, split) * (shape.E + 2)
+def slice_type(shape: Shape, split: int, rows: int) -> str:
+    """The f32 workspace of a backward's partial sums: a slice of each split tile's rows
+    (dQ: the query tiles from ``split`` on; dK / dV: the key tiles before the last
+    ``split``)."""
+    return (f"memref<{split_parts(shape, split)}x{shape.n}x{rows - split * BLOCK}x"
+            f"{shape.E}xf32>")
+
+
+def _finish_or_slice(g: _Gen, whole: str, part: str, finish, partials, row0: str,
+                     wtype: str) -> None:
+    """If ``whole`` (the block's tile has one slice): ``finish()`` in its block z = 0;
+    else store each (workspace, accumulator, factor) of ``partials`` as f32 pairs at rows
+    ``row0`` + ... of slice ``part``."""
+    t = g.t
+    t.line(f"scf.if {whole} {{")
+    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {part}, {t.const(0)} : index')} {{")
+    finish()
+    t.line("}")
+    t.line("} else {")
+    for ws, acc, factor in partials:
+        for ni in range(g.E // 8):
+            for half in (0, 1):
+                row, col = g.cell(row0, t.const(0), ni, 2 * half)
+                x = g.f("arith.mulf", acc[ni][2 * half], factor)
+                y = g.f("arith.mulf", acc[ni][2 * half + 1], factor)
+                v = t.emit(f"vector.from_elements {x}, {y} : vector<2xf32>")
+                t.line(f"vector.store {v}, {ws}[{part}, {g.bz}, {row}, {col}] "
+                       f"{{alignment = 8}} : {wtype}, vector<2xf32>")
+    t.line("}")
+
+
+def slice_sum_kernel(shape: Shape, name: str, operands: dict | None, split: int,
+                     outs: list, rows: int, first_row: int) -> tuple[str, tuple, tuple, int]:
+    """(module text, grid, block, 0) of the kernel that adds a split backward's slices:
+    thread (row, 8 columns) sums each (workspace, output) of ``outs`` over the slices in
+    order and writes it as bf16 at ``first_row`` + row (an empty slice holds zeros)."""
+    g = _Gen(shape, operands)
+    t, E, s = g.t, shape.E, shape
+    parts = split_parts(s, split)
+    groups = E // 8
+    per_block = THREADS // groups
+    row = t.add(t.mul(g.bx, per_block), t.arith("divui", g.tid, groups))
+    col = t.mul(t.arith("remui", g.tid, groups), 8)
+    wt = slice_type(s, split, rows)
+    ot = _mem(s.n, rows, E)
+    for ws, out in outs:
+        acc = None
+        for z in range(parts):
+            v = t.emit(f"vector.load {ws}[{t.const(z)}, {g.bz}, {row}, {col}] "
+                       f"{{alignment = 16}} : {wt}, vector<8xf32>")
+            acc = v if acc is None else t.emit(f"arith.addf {acc}, {v} : vector<8xf32>")
+        b = t.emit(f"arith.truncf {acc} : vector<8xf32> to vector<8xbf16>")
+        t.line(f"vector.store {b}, {g.at(out, t.add(row, first_row), col)} "
+               f"{{alignment = 16}} : {g.type_of(out, ot)}, vector<8xbf16>")
+    args = [(ws, wt) for ws, _ in outs] + [(out, ot) for _, out in outs]
+    text, _ = g.module(name, "slice_sum", args)
+    return text, ((rows - split * BLOCK) // per_block, s.n, 1), (THREADS, 1, 1), 0
 
 
 def _store_partials(g: _Gen, s: Shape, part: str, q0: str, m, l_sum, o, split: int) -> None:
@@ -603,27 +657,42 @@ def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None)
 
 
 def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
-              heavy_first: bool = True, gen=None) -> tuple[str, tuple, tuple, int]:
-    """dQ of ``latch.attention_grad``: per query block, a loop over key tiles."""
+              heavy_first: bool = True, gen=None, split: int = 0
+              ) -> tuple[str, tuple, tuple, int]:
+    """dQ of ``latch.attention_grad``: per query block, a loop over key tiles.  ``split``
+    > 0 (causal): the key tiles in slices as the forward's (:func:`forward_kernel`), the
+    split tiles' blocks writing their partial dQ to slice z of ``%WQ`` for
+    :func:`slice_sum_kernel`."""
+    if split:
+        heavy_first = False
     g = (gen or _Gen)(shape, operands, shape.L // BLOCK, "last" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, dos, ks, vs = g.shared("%Qs", 1), g.shared("%dOs", 1), g.shared("%Ks"), g.shared("%Vs")
     q0 = t.mul(g.bx, BLOCK)
+    lo = t.const(0)
+    if split:
+        part = t.emit("gpu.block_id z")
+        lo = t.mul(part, split)
+    first_key = t.mul(lo, BLOCK) if split else t.const(0)
     g.stage_tile("%Q", qt, q0, qs, t.const(0))
     g.stage_tile("%dO", qt, q0, dos, t.const(0))
-    g.stage_tile("%K", kt, t.const(0), ks, t.const(0))
-    g.stage_tile("%V", kt, t.const(0), vs, t.const(0))
+    g.stage_tile("%K", kt, first_key, ks, t.const(0))
+    g.stage_tile("%V", kt, first_key, vs, t.const(0))
     g.commit()
     lse2 = _row_values(g, "%LSE", lt, q0, g.f32(LOG2E))
     delta = _row_values(g, "%DELTA", lt, q0, None)
     hi = t.add(g.bx, 1) if s.causal else t.const(s.S // BLOCK)
+    if split:
+        hi = t.arith("minui", hi, t.add(lo, split))
     zero = g.f32(0.0)
-    j, args, res = g.open_loop(t.const(0), hi, [zero] * (E // 8 * 4))
+    j, args, res = g.open_loop(lo, hi, [zero] * (E // 8 * 4))
     dq = [args[4 * i:4 * i + 4] for i in range(E // 8)]
-    stage = t.arith("remui", j, 2)
+    step = t.arith("subi", j, lo) if split else j
+    stage = t.arith("remui", step, 2)
     nxt = t.add(j, 1)
-    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi, t.arith("remui", nxt, 2))
+    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi,
+               t.arith("remui", t.add(step, 1) if split else nxt, 2))
     sc, dp = g.products_nt([((qs, t.const(0)), (ks, stage)), ((dos, t.const(0)), (vs, stage))])
     k0 = t.mul(j, BLOCK)
     c = g.f32(s.scale * LOG2E)
@@ -641,30 +710,52 @@ def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
     g.close_loop([v for tile in dq for v in tile])
     dq = [[f"{res}#{4 * ni + r}" for r in range(4)] for ni in range(E // 8)]
     scale = g.f32(s.scale)
-    g.store_rows("%dQ", qt, q0, dq, [scale, scale])
-    text, shared = g.module(name, "attention_dq", [
-        ("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
-        ("%dQ", qt)])
-    return text, g.grid(s.L // BLOCK), (THREADS, 1, 1), shared
+    args = [("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
+            ("%dQ", qt)]
+    if not split:
+        g.store_rows("%dQ", qt, q0, dq, [scale, scale])
+        text, shared = g.module(name, "attention_dq", args)
+        return text, g.grid(s.L // BLOCK), (THREADS, 1, 1), shared
+    _finish_or_slice(g, t.emit(f"arith.cmpi ult, {g.bx}, {t.const(split)} : index"), part,
+                     lambda: g.store_rows("%dQ", qt, q0, dq, [scale, scale]),
+                     [("%WQ", dq, scale)], t.arith("subi", q0, split * BLOCK),
+                     slice_type(s, split, s.L))
+    text, shared = g.module(name, "attention_dq", args + [("%WQ", slice_type(s, split, s.L))])
+    return text, (s.L // BLOCK, s.n, split_parts(s, split)), (THREADS, 1, 1), shared
 
 
 def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None,
-                heavy_first: bool = True, gen=None) -> tuple[str, tuple, tuple, int]:
+                heavy_first: bool = True, gen=None, split: int = 0
+                ) -> tuple[str, tuple, tuple, int]:
     """dK and dV of ``latch.attention_grad``: per key block, a loop over query tiles, with
-    the keys as the rows of every product (``K Qᵀ``, ``V dOᵀ``)."""
+    the keys as the rows of every product (``K Qᵀ``, ``V dOᵀ``).  ``split`` > 0 (causal):
+    key tile j's query tiles j .. in slices of ``split`` (block z: from j + split z); the
+    tiles of several slices (j < tiles - split) write partial dK, dV to slice z of
+    ``%WK``, ``%WV`` for :func:`slice_sum_kernel`."""
+    if split:
+        heavy_first = False
     g = (gen or _Gen)(shape, operands, shape.S // BLOCK, "first" if heavy_first else None)
     t, E, s = g.t, shape.E, shape
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     ks, vs, qs, dos = g.shared("%Ks", 1), g.shared("%Vs", 1), g.shared("%Qs"), g.shared("%dOs")
     k0 = t.mul(g.bx, BLOCK)
     lo = g.bx if s.causal else t.const(0)           # query tiles before the keys: masked
-    q_first = t.mul(lo, BLOCK)
+    tiles = s.L // BLOCK
+    if split:           # slice z: query tiles bx + split z .. (staged: a tile that exists)
+        part = t.emit("gpu.block_id z")
+        lo = t.add(lo, t.mul(part, split))
+        q_first = t.mul(t.arith("minui", lo, tiles - 1), BLOCK)
+    else:
+        q_first = t.mul(lo, BLOCK)
     g.stage_tile("%K", kt, k0, ks, t.const(0))
     g.stage_tile("%V", kt, k0, vs, t.const(0))
     g.stage_tile("%Q", qt, q_first, qs, t.const(0))
     g.stage_tile("%dO", qt, q_first, dos, t.const(0))
     g.commit()
     hi = t.const(s.L // BLOCK)
+    if split:
+        hi = t.arith("minui", hi, t.add(lo, split))
+        lo = t.arith("minui", lo, hi)               # an empty slice: no trips
     zero = g.f32(0.0)
     n_acc = E // 8 * 4
     i, args, res = g.open_loop(lo, hi, [zero] * (2 * n_acc))
@@ -703,12 +794,23 @@ def dkdv_kernel(shape: Shape, name: str, operands: dict | None = None,
     dv = [[f"{res}#{4 * n + r}" for r in range(4)] for n in range(E // 8)]
     dk = [[f"{res}#{n_acc + 4 * n + r}" for r in range(4)] for n in range(E // 8)]
     one, scale = g.f32(1.0), g.f32(s.scale)
-    g.store_rows("%dV", kt, k0, dv, [one, one])
-    g.store_rows("%dK", kt, k0, dk, [scale, scale])
-    text, shared = g.module(name, "attention_dkdv", [
-        ("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
-        ("%dK", kt), ("%dV", kt)])
-    return text, g.grid(s.S // BLOCK), (THREADS, 1, 1), shared
+    args = [("%Q", qt), ("%K", kt), ("%V", kt), ("%LSE", lt), ("%dO", qt), ("%DELTA", lt),
+            ("%dK", kt), ("%dV", kt)]
+
+    def finish():
+        g.store_rows("%dV", kt, k0, dv, [one, one])
+        g.store_rows("%dK", kt, k0, dk, [scale, scale])
+
+    if not split:
+        finish()
+        text, shared = g.module(name, "attention_dkdv", args)
+        return text, g.grid(s.S // BLOCK), (THREADS, 1, 1), shared
+    # key tiles with at most ``split`` query tiles after them: one slice (the last ones)
+    wt = slice_type(s, split, s.S)
+    _finish_or_slice(g, t.emit(f"arith.cmpi uge, {g.bx}, {t.const(tiles - split)} : index"),
+                     part, finish, [("%WV", dv, one), ("%WK", dk, scale)], k0, wt)
+    text, shared = g.module(name, "attention_dkdv", args + [("%WK", wt), ("%WV", wt)])
+    return text, (s.S // BLOCK, s.n, split_parts(s, split)), (THREADS, 1, 1), shared
 
 
 # ---------------------------------------------------------------------------------------
@@ -781,12 +883,37 @@ def _combine(shape: Shape, name: str, operands: dict | None, heavy_first: bool, 
     return combine_kernel(shape, name, operands, split)
 
 
+def _sum_dq(shape: Shape, name: str, operands: dict | None, heavy_first: bool, gen,
+            split: int):
+    """The split dQ's slices added (:func:`slice_sum_kernel`): query rows from tile
+    ``split`` on."""
+    return slice_sum_kernel(shape, name, operands, split, [("%WQ", "%dQ")], shape.L,
+                            split * BLOCK)
+
+
+def _sum_dkdv(shape: Shape, name: str, operands: dict | None, heavy_first: bool, gen,
+              split: int):
+    """The split dK's and dV's slices added: key rows of the tiles before the last
+    ``split``."""
+    return slice_sum_kernel(shape, name, operands, split, [("%WK", "%dK"), ("%WV", "%dV")],
+                            shape.S, 0)
+
+
+def _workspace_parts(op, shape: Shape, split: int) -> list[str]:
+    """The memref types of ``op``'s split workspace, in order: the forward's partial
+    outputs, row maxima and sums; the backward's partial dQ, dK and dV."""
+    if op.name == "latch.attention":
+        return list(workspace_types(shape, split)) + [workspace_types(shape, split)[1]]
+    return [slice_type(shape, split, shape.L)] + [slice_type(shape, split, shape.S)] * 2
+
+
 #: FormAttentionKernels.kv_split: forwards of fewer blocks than this are split (four waves
 #: of two blocks on 132 SMs; TinyMoE B2: 384 blocks, B32: 6,144)
 SPLIT_BELOW = 4 * 2 * 132
 
 _KERNEL_NAMES = {forward_kernel: "attention", dq_kernel: "attention_dq",
-                 dkdv_kernel: "attention_dkdv", _combine: "combine"}
+                 dkdv_kernel: "attention_dkdv", _combine: "combine", _sum_dq: "slice_sum",
+                 _sum_dkdv: "slice_sum"}
 # operand -> dimensions after the batch: 2 for [.., rows, E], 1 for [.., rows]
 _RANKS = {"latch.attention": (2, 2, 2, 2, 1),
           "latch.attention_grad": (2, 2, 2, 1, 2, 1, 2, 2, 2)}
@@ -806,9 +933,11 @@ class FormAttentionKernels(ModulePass):
     heavy_first: bool = True
     #: sm_90a: wgmma kernels (passes/attention_wgmma.py) where the head dimension is 64
     chip: str = "sm_90"
-    #: > 0: a causal forward of fewer than SPLIT_BELOW blocks (TinyMoE B2's 384) cut into
-    #: blocks of at most this many key tiles, finished by :func:`combine_kernel` — the
-    #: last query tile's 16 key tiles no longer one block's chain; 0: a block a query tile
+    #: > 0: causal attention of fewer than SPLIT_BELOW blocks (TinyMoE B2's 384) cut into
+    #: blocks of at most this many tiles of their loop — the forward's and dQ's key tiles,
+    #: dK/dV's query tiles — whose partial results :func:`combine_kernel` (the forward)
+    #: and :func:`slice_sum_kernel` (the gradients) finish: the heaviest tile's 16 tiles
+    #: no longer one block's chain; 0: a block a tile
     kv_split: int = 0
 
     def apply(self, module) -> None:
@@ -835,11 +964,12 @@ class FormAttentionKernels(ModulePass):
         from latch.passes import attention_wgmma
         from latch.passes.form_contraction_kernels import _block_key, _byte_allocation
         split_of = {id(op): self._split(op) for op in found}
-        need, blocks = {}, {}        # one workspace a function: its forwards run in order
+        need, blocks = {}, {}        # one workspace a function: its ops run in order
         for op in found:
             if split_of[id(op)]:
                 key = _block_key(op)
-                size = workspace_bytes(_shape_of(op)[0], split_of[id(op)])
+                size = sum(4 * math.prod(ir.MemRefType(ir.Type.parse(ty)).shape) for ty in
+                           _workspace_parts(op, _shape_of(op)[0], split_of[id(op)]))
                 need[key] = max(need.get(key, 0), size)
                 blocks[key] = op.operation.block
         workspaces = {key: _byte_allocation(blocks[key], size) for key, size in need.items()}
@@ -856,18 +986,27 @@ class FormAttentionKernels(ModulePass):
                             for i, (v, r) in enumerate(zip(op.operands, _RANKS[op.name]))]
                 split = split_of[id(op)]
                 if split:            # the slices' partials, then the kernel combining them
-                    wo, ws = (ir.Type.parse(x) for x in workspace_types(shape, split))
                     parts = []
                     offset = 0
-                    for ty in (wo, ws, ws):
+                    for ty in (ir.Type.parse(x) for x in _workspace_parts(op, shape, split)):
                         at = ir.Operation.create("arith.constant", [index], attributes={
                             "value": ir.IntegerAttr.get(index, offset)}).result
                         parts.append(ir.Operation.create(
                             "memref.view", [ty], [workspaces[_block_key(op)], at]).result)
                         offset += 4 * math.prod(ir.MemRefType(ty).shape)
-                    kernels = [functools.partial(forward_kernel, split=split),
-                               functools.partial(_combine, split=split)]
-                    launches = [operands + parts, parts + operands[3:]]
+                    if op.name == "latch.attention":
+                        kernels = [functools.partial(forward_kernel, split=split),
+                                   functools.partial(_combine, split=split)]
+                        launches = [operands + parts, parts + operands[3:]]
+                    else:
+                        q, k, v, lse, do, delta, dq, dk, dv = operands
+                        wq, wk, wv = parts
+                        kernels = [functools.partial(dq_kernel, split=split),
+                                   functools.partial(_sum_dq, split=split),
+                                   functools.partial(dkdv_kernel, split=split),
+                                   functools.partial(_sum_dkdv, split=split)]
+                        launches = [[q, k, v, lse, do, delta, dq, wq], [wq, dq],
+                                    [q, k, v, lse, do, delta, dk, dv, wk, wv], [wk, wv, dk, dv]]
                 elif op.name == "latch.attention":
                     launches = [operands]
                 else:
@@ -892,8 +1031,8 @@ class FormAttentionKernels(ModulePass):
             op.erase()
 
     def _split(self, op) -> int:
-        """The key tiles a block of ``op``'s forward takes (``kv-split``), 0 for none."""
-        if not self.kv_split or op.name != "latch.attention":
+        """The tiles a block of ``op``'s kernels walks (``kv-split``), 0 for none."""
+        if not self.kv_split:
             return 0
         shape, _ = _shape_of(op)
         tiles = shape.L // BLOCK

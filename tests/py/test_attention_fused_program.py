@@ -181,9 +181,9 @@ def test_wgmma_attention_update_gives_the_mma_sync_bits(tmp_path, monkeypatch):
 def test_split_forward_in_a_whole_update(tmp_path, monkeypatch):
     """``latch-form-attention-kernels{kv-split=2}`` in a whole update (4 query tiles of a
     causal 256-token sequence, heads of 64): the forward's partials in a workspace of the
-    update, the combining launch after it, the backward reading the combined output and
-    log-sum-exp; loss and parameters as without the split up to rounding (the slices'
-    sums are added in another order)."""
+    update and the combining launch after it, the backward's dQ and dK/dV in slices and
+    the launches adding them; loss and parameters as without the split up to rounding
+    (the slices' sums are added in another order)."""
     torch.manual_seed(0)
     model = CausalSelfAttention(d=128, heads=2)
     x, y = torch.randn(2, 256, 128), torch.randn(2, 256, 128)
@@ -195,6 +195,7 @@ def test_split_forward_in_a_whole_update(tmp_path, monkeypatch):
         new, loss, _, text, _ = _update(model, x, y, "fused", tmp_path / str(split),
                                         monkeypatch, form=form)
         assert ("gpu.func @combine" in text) == (split > 0)
+        assert text.count("gpu.func @slice_sum") == (2 if split else 0)     # dQ, dK/dV
         got[split] = (new, loss)
     assert abs(got[2][1] - got[0][1]) < 1e-3 * abs(got[0][1])
     for p, a, b in zip(model.parameters(), got[2][0], got[0][0]):

@@ -128,8 +128,9 @@ def test_split_forward_matches_float64(batch, L, split, options):
 
 
 def test_split_forward_only_where_blocks_are_few(monkeypatch):
-    """Only causal forwards of fewer than SPLIT_BELOW blocks, longer than one slice, are
-    split; the backward kernels never."""
+    """Only causal attention of fewer than SPLIT_BELOW blocks, longer than one slice, is
+    split: the forward and its combining kernel, the backward's dQ and dK/dV kernels and
+    the kernels adding their slices."""
     import latch.passes.attention_kernels as ak
 
     causal = _module([2], 256, 256, 64, True, 0.125, grad=False)
@@ -139,10 +140,45 @@ def test_split_forward_only_where_blocks_are_few(monkeypatch):
     m, _ = _run_pass(causal, "{chip=sm_90a kv-split=2}")
     assert str(m).split("gpu.module")[0].count("gpu.launch_func") == 1
     monkeypatch.undo()
-    for text in (_module([2], 256, 256, 64, False, 0.125, grad=False),     # not causal
-                 _module([2], 256, 256, 64, True, 0.125, grad=True)):      # backward
-        m, _ = _run_pass(text, "{chip=sm_90a kv-split=2}")
-        assert "memref.view" not in str(m).split("gpu.module")[0]
+    m, _ = _run_pass(_module([2], 256, 256, 64, False, 0.125, grad=False),   # not causal
+                     "{chip=sm_90a kv-split=2}")
+    assert "memref.view" not in str(m).split("gpu.module")[0]
+    m, _ = _run_pass(_module([2], 256, 256, 64, True, 0.125, grad=True),     # backward:
+                     "{chip=sm_90a kv-split=2}")                             # dQ, dK/dV
+    assert str(m).split("gpu.module")[0].count("gpu.launch_func") == 4
     m, _ = _run_pass(_module([2], 128, 128, 64, True, 0.125, grad=False),
                      "{chip=sm_90a kv-split=2}")            # two key tiles: one slice
     assert str(m).split("gpu.module")[0].count("gpu.launch_func") == 1
+
+
+@pytest.mark.parametrize("batch,L,split,options", [
+    ([1, 2], 256, 1, WGMMA),
+    ([1, 2], 256, 3, WGMMA),       # dK/dV of key tile 0: query tiles 0-2 and 3
+    ([1], 192, 2, ""),             # mma.sync; key tile 0's second slice: one tile
+], ids=["wgmma-split1", "wgmma-split3", "mma-split2"])
+def test_split_backward_matches_float64(batch, L, split, options):
+    """``kv-split`` in the backward: dQ's key tiles and dK/dV's query tiles in slices, the
+    tiles of several slices writing f32 partial sums that a second kernel adds in slice
+    order (an empty slice holds zeros); the gradients agree with the unsplit kernels' to
+    bf16 rounding and with float64 to bf16 accuracy."""
+    E = 64
+    scale = 1.0 / math.sqrt(E)
+    g = torch.Generator().manual_seed(10)
+    q, k, v, do = (_bf16(batch + [L, E], g) for _ in range(4))
+    m, ctx = _run_pass(_module(batch, L, L, E, True, scale, grad=False), options)
+    o, lse = _forward(m, ctx, q, k, v)
+    lse_t = torch.as_tensor(lse)
+    delta = (do * torch.as_tensor(o)).sum(-1)
+    with_split = options[:-1] + f" kv-split={split}}}" if options else f"{{kv-split={split}}}"
+    got = {}
+    for opts in (with_split, options):
+        m, ctx = _run_pass(_module(batch, L, L, E, True, scale, grad=True), opts)
+        host = str(m).split("gpu.module")[0]
+        assert host.count("gpu.launch_func") == (4 if opts == with_split else 2)
+        got[opts] = _backward(m, ctx, q, k, v, lse_t, do, delta)
+    for a, b in zip(got[with_split], got[options]):
+        assert _rel(a, torch.as_tensor(b)) < 8e-3
+    qr, kr, vr = (x.clone().requires_grad_(True) for x in (q, k, v))
+    o_ref, _ = _reference(qr, kr, vr, True, scale)
+    for x, ref in zip(got[with_split], torch.autograd.grad(o_ref, (qr, kr, vr), do)):
+        assert _rel(x, ref) < 2e-2
