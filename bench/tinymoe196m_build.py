@@ -154,6 +154,31 @@ def source_stamp(root: str = ROOT) -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def sources_digest(root: str = ROOT) -> str:
+    """SHA-256 over the relative paths and bytes of the compiler's Python sources
+    (:data:`SOURCES`, sorted; no git needed): computed again on the GPU machine from its
+    copy of the tree, it tells whether an artifact was built from the sources a run
+    carries, whatever commit the run is labelled with."""
+    import hashlib
+
+    files = []
+    for top in SOURCES:
+        path = os.path.join(root, top)
+        if os.path.isfile(path):
+            files.append(top)
+            continue
+        for folder, dirs, names in os.walk(path):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            files += [os.path.relpath(os.path.join(folder, n), root) for n in names
+                      if n.endswith(".py")]
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0")
+        with open(os.path.join(root, rel), "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
 def file_sha256(path: str) -> str:
     import hashlib
 
@@ -162,18 +187,21 @@ def file_sha256(path: str) -> str:
 
 
 def artifact_record(name: str, out: str = OUT) -> dict:
-    """What build.json says of build ``name`` and whether its artifact on disk is the one
-    that build wrote: {"artifact_source": stamp or None, "artifact_is_recorded": bool or
-    None (no record of its bytes)} — for the GPU benches' records."""
+    """What build.json says of build ``name``, whether its artifact on disk is the one
+    that build wrote and whether it was built from the sources in this tree:
+    {"artifact_source": git stamp or None, "artifact_is_recorded": bool or None (no
+    record of its bytes), "artifact_sources_match": bool or None (no record of its
+    sources)} — for the GPU benches' records."""
     path = os.path.join(out, f"tinymoe196m-{name}.latch")
     try:
         rec = json.load(open(os.path.join(out, "build.json"))).get(name, {})
     except (OSError, ValueError):
         rec = {}
-    sha = rec.get("artifact_sha256")
+    sha, digest = rec.get("artifact_sha256"), rec.get("sources_sha256")
     return {"artifact_source": rec.get("source"),
             "artifact_is_recorded": (file_sha256(path) == sha) if sha and
-            os.path.exists(path) else None}
+            os.path.exists(path) else None,
+            "artifact_sources_match": (sources_digest() == digest) if digest else None}
 
 
 def fingerprint(model) -> dict:
@@ -348,7 +376,7 @@ def build(name: str) -> dict:
     model, example = make(batch=batch)
     rec = {"precision": precision, "batch": batch, "recipe": recipe, "attention": attention,
            "deterministic": deterministic, "repeat": repeat, "fingerprint": fingerprint(model),
-           "source": source_stamp()}
+           "source": source_stamp(), "sources_sha256": sources_digest()}
     if make is make_looped_tinymoe_196m:
         rec["loop"] = list(model.loop)
         rec["layer_applications"] = model.applications

@@ -195,13 +195,19 @@ def runtime_env(engine: str) -> dict:
 
 def provenance_warning(res: dict, commit: str) -> str | None:
     """Why a Latch engine's record may not be the program its run is labelled with: its
-    artifact built from other sources than ``commit`` (LATCH_COMMIT) or from uncommitted
-    ones, or not the file its build recorded (rebuilt or copied since); None if neither
-    (or nothing is known: artifacts built before build.json kept their source)."""
+    artifact built from other compiler sources than the tree the run carries (build.json's
+    digest of them against this tree's), or — where no digest was recorded — from another
+    commit than ``commit`` (LATCH_COMMIT) or uncommitted sources; or not the file its
+    build recorded (rebuilt or copied since); None if none of these (or nothing is
+    known: artifacts built before build.json kept their sources)."""
     source, recorded = res.get("artifact_source"), res.get("artifact_is_recorded")
     problems = []
-    if source and (source.endswith("+dirty") or
-                   not (commit.startswith(source) or source.startswith(commit))):
+    if res.get("artifact_sources_match") is False:
+        problems.append(f"artifact built from other compiler sources than this tree's "
+                        f"(built at {source})")
+    elif res.get("artifact_sources_match") is None and source and (
+            source.endswith("+dirty") or
+            not (commit.startswith(source) or source.startswith(commit))):
         problems.append(f"artifact built from {source}, run labelled {commit}")
     if recorded is False:
         problems.append("artifact is not the file its build recorded")

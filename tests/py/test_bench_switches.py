@@ -112,7 +112,8 @@ def test_artifacts_record_the_sources_they_were_built_from(tmp_path):
     (tmp_path / "build.json").write_text(json.dumps({"b2-bf16": {
         "source": "abc1234", "artifact_sha256": tb.file_sha256(str(art))}}))
     rec = tb.artifact_record("b2-bf16", str(tmp_path))
-    assert rec == {"artifact_source": "abc1234", "artifact_is_recorded": True}
+    assert rec == {"artifact_source": "abc1234", "artifact_is_recorded": True,
+                   "artifact_sources_match": None}
     res = rec
     assert bench.provenance_warning(res, "abc1234") is None
     assert bench.provenance_warning(res, "abc1234567") is None        # longer sha, same
@@ -124,6 +125,31 @@ def test_artifacts_record_the_sources_they_were_built_from(tmp_path):
     assert rec["artifact_is_recorded"] is False
     assert "not the file its build recorded" in bench.provenance_warning(rec, "abc1234")
     # no record (artifacts built before the stamp): nothing known, no warning
-    assert tb.artifact_record("b32-bf16", str(tmp_path)) == {"artifact_source": None,
-                                                             "artifact_is_recorded": None}
+    assert tb.artifact_record("b32-bf16", str(tmp_path)) == {
+        "artifact_source": None, "artifact_is_recorded": None, "artifact_sources_match": None}
     assert bench.provenance_warning({}, "abc1234") is None
+    # the sources' digest decides where it was recorded: this tree's sources, whatever
+    # the label; other sources, whatever the label
+    (tmp_path / "build.json").write_text(json.dumps({"b2-bf16": {
+        "source": "abc1234", "sources_sha256": tb.sources_digest()}}))
+    rec = tb.artifact_record("b2-bf16", str(tmp_path))
+    assert rec["artifact_sources_match"] is True
+    assert bench.provenance_warning(rec, "def5678") is None
+    assert "other compiler sources" in bench.provenance_warning(
+        dict(rec, artifact_sources_match=False), "abc1234")
+
+
+def test_the_sources_digest_sees_a_changed_pass(tmp_path):
+    """sources_digest changes with any byte of a pass and ignores caches."""
+    import tinymoe196m_build as tb
+
+    for top in ("latch", "passes", "dialect", "bench"):
+        (tmp_path / top).mkdir()
+    (tmp_path / "passes" / "a.py").write_text("x = 1\n")
+    (tmp_path / "bench" / "tinymoe_model.py").write_text("")
+    before = tb.sources_digest(str(tmp_path))
+    (tmp_path / "passes" / "__pycache__").mkdir()
+    (tmp_path / "passes" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    assert tb.sources_digest(str(tmp_path)) == before
+    (tmp_path / "passes" / "a.py").write_text("x = 2\n")
+    assert tb.sources_digest(str(tmp_path)) != before
