@@ -73,7 +73,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from latch.passes.base import ModulePass, element_bits, function_definitions, operation as _op
+from latch.passes.base import ModulePass, element_bits, function_definitions, \
+    nested_operations, operation as _op
 from latch.passes.generic_body import clone_body_ops, compare, index_constant, indexing_maps, \
     loop_ranges, segments, used_only_rounded_to_bf16
 from latch.passes.rematerialize_masks import read_through_unit_expansions
@@ -339,17 +340,6 @@ def _body_is_pure(op, allowed=()) -> bool:
 
 
 # ----------------------------------------------------------------------------- extracts
-def _walk(op, name: str, found: list) -> list:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = _op(inner)
-                if inner.name == name:
-                    found.append(inner)
-                _walk(inner, name, found)
-    return found
-
-
 def _full_inputs(op, maps, n_in: int) -> int:
     """How many of generic ``op``'s tensor inputs are indexed by all of its loops (one
     element read per element computed, unlike a broadcast row statistic or weight)."""
@@ -372,7 +362,7 @@ def _compute_extracts(func_op) -> bool:
     from mlir import ir
 
     changed = False
-    for ex in _walk(func_op, "tensor.extract", []):
+    for ex in [o for o in nested_operations(func_op) if o.name == "tensor.extract"]:
         src = ex.operands[0]
         if hasattr(src.owner, "arguments"):
             continue
