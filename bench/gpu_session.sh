@@ -5,6 +5,9 @@
 #                                  # torch.compile + CUDA-graph control), then launch profiles
 #   bench/gpu_session.sh numerics  # the bf16 probes against float64 (bench/bf16_probe_gpu.py)
 #   bench/gpu_session.sh workloads # looped B32 and selective B2 against their controls
+#   bench/gpu_session.sh ab        # the untimed steps: B32 with $B32_AB, B2 with $B2_AB,
+#                                  # each batch in both engine orders, then launch profiles
+#                                  # of the B32 builds (default: -persistent; -splitkv4/8)
 #
 # Carry the artifacts the stage needs (run's `carry`): bench/artifacts/tinymoe196m for speed
 # and workloads, bench/artifacts/bf16probe for numerics; build them here first:
@@ -41,6 +44,26 @@ speed)
             --model "tinymoe-$b" --top 12 --repeats 3 2>&1 | tail -20
     done
     ;;
+ab)
+    : "${B32_AB:=latch-persistent}" "${B2_AB:=latch-splitkv4,latch-splitkv8}"
+    reversed() { echo "$1" | tr ',' '\n' | tac | paste -sd, -; }
+    for spec in "32:$B32_AB:12:10:150" "2:$B2_AB:30:20:110"; do
+        IFS=: read -r batch ab iters steps budget <<< "$spec"
+        log "B$batch: latch,$ab,torch-compile-graph, then reversed"
+        timeout $((budget + 30)) python bench/tinymoe_bench_gpu.py --batches "$batch" \
+            --engines "latch,$ab,torch-compile-graph" --iters "$iters" --curve-steps "$steps" \
+            --budget-s "$budget" 2>&1 | grep -E "^B$batch|WARNING|wrote"
+        timeout $((budget + 30)) python bench/tinymoe_bench_gpu.py --batches "$batch" \
+            --engines "$(reversed "$ab"),latch" --iters "$iters" --curve-steps "$steps" \
+            --budget-s "$budget" 2>&1 | grep -E "^B$batch|WARNING|wrote"
+    done
+    for e in latch ${B32_AB//,/ }; do
+        suffix="${e#latch}"
+        log "launch profile b32$suffix"
+        timeout 60 python bench/gpu_profile_launches.py "$ART/tinymoe196m-b32-bf16$suffix.latch" \
+            --model tinymoe-b32 --top 8 --repeats 3 2>&1 | tail -12
+    done
+    ;;
 numerics)
     log "bf16 probes"
     timeout 560 python bench/bf16_probe_gpu.py 2>&1 | tail -40
@@ -53,7 +76,7 @@ workloads)
     timeout 230 python bench/selective_gpu.py --cycles 2 2>&1 | tail -15
     ;;
 *)
-    echo "usage: bench/gpu_session.sh speed|numerics|workloads" >&2
+    echo "usage: bench/gpu_session.sh speed|numerics|workloads|ab" >&2
     exit 2
     ;;
 esac
