@@ -129,9 +129,8 @@ def paired_blocks(con: Contraction, splits: int) -> bool:
     reader's loads) and pipeline fill overlap the other block's multiplies instead of
     leaving the tensor cores idle.  For products with many tiles and no k slices (the
     large ones of a B32 update); a few waves gain nothing from the overlap."""
-    tiles = -(-con.size("n") // PAIRED_BN) * -(-con.size("m") // BM) * \
-        max(1, con.size("batch"))
-    return splits == 1 and tiles >= PAIRED_MIN_TILES
+    gx, gy, nb = tile_grid(con, 1, PAIRED_BN)
+    return splits == 1 and gx * gy * nb >= PAIRED_MIN_TILES
 
 
 #: :func:`persistent_blocks`: the blocks of a persistent product (one an SM)
@@ -256,7 +255,7 @@ def wgmma_kernel_text(con: Contraction, name: str, splits: int = 1, bn: int | No
         for j in range(stages - 2):
             stage_if_any(t.add(lo, j), t.const(j), hi, coords)
 
-    def output_tile(coords: tuple, first: str | None, next_prologue=None) -> None:
+    def output_tile(coords: tuple, first: str, next_prologue=None) -> None:
         """One output tile: its k-loop and its epilogue.  ``first``: "loop" (the k-loop's
         first trip stages the prologue) or a condition under which it is staged before the
         k-loop (the block's first tile; the others' were staged by the tile before);

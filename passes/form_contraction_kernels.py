@@ -1481,6 +1481,7 @@ class FormContractionKernels(ModulePass):
             k_tile = _K_TILE[simt_kernel_text] if make is simt_kernel_text else \
                 mma_k_tiling()[0]
             wgmma = False
+            walking = 0              # persistent blocks (contraction_wgmma.persistent_blocks)
             if make is mma_kernel_text and self.chip == "sm_90a":
                 from latch.passes import contraction_wgmma as wg
                 wgmma = wg.wgmma_applies(con)
@@ -1493,8 +1494,10 @@ class FormContractionKernels(ModulePass):
                 if self.blocks_per_sm == 2 and wg.paired_blocks(con, splits):
                     make = functools.partial(make, bn=wg.PAIRED_BN, stages=wg.PAIRED_STAGES,
                                              blocks_per_sm=2)
-                elif self.persistent and wg.persistent_blocks(con, splits):
-                    make = functools.partial(make, persistent=wg.persistent_blocks(con, splits))
+                elif self.persistent:
+                    walking = wg.persistent_blocks(con, splits)
+                    if walking:
+                        make = functools.partial(make, persistent=walking)
                 text, grid, block, shared = make(con, name, splits)
             else:
                 text, grid, block, shared = make(con, name)
@@ -1522,7 +1525,7 @@ class FormContractionKernels(ModulePass):
                     _hoist_between(con.op, con.narrowed_by)    # its allocation comes first
             if self.epilogue_readers != "none" and wgmma and wg.stages(con, splits):
                 reader = epilogue_readers.match(con, list(con.inputs) + list(con.captured))
-                tiles = wg.tile_grid(con, splits) if wgmma else grid    # not the blocks
+                tiles = wg.tile_grid(con, splits) if walking else grid  # not the blocks
                 if reader is not None and epilogue_readers.pays(
                         reader, tiles, self.epilogue_readers):  # computed in its epilogue
                     con.reader = reader
