@@ -411,13 +411,8 @@ def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, ks, vs = g.shared("%Qs", 1), g.shared("%Ks"), g.shared("%Vs")
     q0 = t.mul(g.bx, BLOCK)
-    lo = t.const(0)
-    if split:                         # this block's slice of the key tiles
-        assert s.causal, "split attention is for causal attention"
-        part = t.emit("gpu.block_id z")
-        lo = t.mul(part, split)
+    part, lo, first_key = _key_slice(g, split)
     g.stage_tile("%Q", qt, q0, qs, t.const(0))
-    first_key = t.mul(lo, BLOCK) if split else t.const(0)
     g.stage_tile("%K", kt, first_key, ks, t.const(0))
     g.stage_tile("%V", kt, first_key, vs, t.const(0))
     g.commit()
@@ -429,11 +424,8 @@ def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
     j, args, res = g.open_loop(lo, hi, [g.neg_inf()] * 2 + [zero] * 2 + [zero] * n_o)
     m_old, l_old = args[0:2], args[2:4]
     o = [args[4 + 4 * i:8 + 4 * i] for i in range(E // 8)]
-    step = t.arith("subi", j, lo) if split else j
-    stage = t.arith("remui", step, 2)
-    nxt = t.add(j, 1)
-    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi,
-               t.arith("remui", t.add(step, 1) if split else nxt, 2))
+    stage, nxt, next_stage = _stages(t, j, lo, split)
+    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi, next_stage)
     sc = g.product_nt(qs, t.const(0), ks, stage)
     k0 = t.mul(j, BLOCK)
     c = g.f32(s.scale * LOG2E)
@@ -469,32 +461,63 @@ def forward_kernel(shape: Shape, name: str, operands: dict | None = None,
     m = [f"{res}#{i}" for i in range(2)]
     l_sum = [g.quad(f"{res}#{2 + i}", "arith.addf") for i in range(2)]
     o = [[f"{res}#{4 + 4 * ni + r}" for r in range(4)] for ni in range(E // 8)]
-    if split:    # a query tile of one slice finishes here; the others' slices: partials
-        t.line(f"scf.if {t.emit(f'arith.cmpi ult, {g.bx}, {t.const(split)} : index')} {{")
-        t.line(f"scf.if {t.emit(f'arith.cmpi eq, {part}, {t.const(0)} : index')} {{")
-    inv = [g.f("arith.divf", g.f32(1.0), l_sum[i]) for i in range(2)]
-    g.store_rows("%O", qt, q0, o, inv)
-    # lse = (m + log2 l) ln 2, by the first thread of each row
-    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {g.tq}, {t.const(0)} : index')} {{")
-    for half in (0, 1):
-        row = t.add(t.add(q0, g.wrow), t.add(g.g, 8 * half))
-        lse = g.f("arith.addf", g.f("arith.mulf", m[half], g.f32(LN2)),
-                  t.emit(f"math.log {l_sum[half]} : f32"))
-        t.line(f"memref.store {lse}, %LSE[{g.bz}, {row}] : {lt}")
-    t.line("}")
-    if split:
+
+    def finish():
+        inv = [g.f("arith.divf", g.f32(1.0), l_sum[i]) for i in range(2)]
+        g.store_rows("%O", qt, q0, o, inv)
+        # lse = (m + log2 l) ln 2, by the first thread of each row
+        t.line(f"scf.if {t.emit(f'arith.cmpi eq, {g.tq}, {t.const(0)} : index')} {{")
+        for half in (0, 1):
+            row = t.add(t.add(q0, g.wrow), t.add(g.g, 8 * half))
+            lse = g.f("arith.addf", g.f("arith.mulf", m[half], g.f32(LN2)),
+                      t.emit(f"math.log {l_sum[half]} : f32"))
+            t.line(f"memref.store {lse}, %LSE[{g.bz}, {row}] : {lt}")
         t.line("}")
-        t.line("} else {")
-        _store_partials(g, s, part, q0, m, l_sum, o, split)
+
+    args = [("%Q", qt), ("%K", kt), ("%V", kt), ("%O", qt), ("%LSE", lt)]
+    if not split:
+        finish()
+        text, shared = g.module(name, "attention", args)
+        return text, g.grid(s.L // BLOCK), (THREADS, 1, 1), shared
+    wo, ws = workspace_types(s, split)
+    row0 = t.arith("subi", q0, split * BLOCK)         # of the workspace
+
+    def row_statistics():
+        """The row maxima (log2 units) and sums, by the first thread of each row."""
+        t.line(f"scf.if {t.emit(f'arith.cmpi eq, {g.tq}, {t.const(0)} : index')} {{")
+        for half in (0, 1):
+            row = t.add(t.add(row0, g.wrow), t.add(g.g, 8 * half))
+            t.line(f"memref.store {m[half]}, %WM[{part}, {g.bz}, {row}] : {ws}")
+            t.line(f"memref.store {l_sum[half]}, %WL[{part}, {g.bz}, {row}] : {ws}")
         t.line("}")
-        wo, ws = workspace_types(s, split)
-        text, shared = g.module(name, "attention", [
-            ("%Q", qt), ("%K", kt), ("%V", kt), ("%O", qt), ("%LSE", lt), ("%WO", wo),
-            ("%WM", ws), ("%WL", ws)])
-        return text, (s.L // BLOCK, s.n, split_parts(s, split)), (THREADS, 1, 1), shared
-    text, shared = g.module(name, "attention", [("%Q", qt), ("%K", kt), ("%V", kt),
-                                                ("%O", qt), ("%LSE", lt)])
-    return text, g.grid(s.L // BLOCK), (THREADS, 1, 1), shared
+
+    # a query tile of one slice finishes here; the others' slices: partials
+    _finish_or_slice(g, t.emit(f"arith.cmpi ult, {g.bx}, {t.const(split)} : index"), part,
+                     finish, [("%WO", o, None)], row0, wo, then=row_statistics)
+    text, shared = g.module(name, "attention", args + [("%WO", wo), ("%WM", ws), ("%WL", ws)])
+    return text, (s.L // BLOCK, s.n, split_parts(s, split)), (THREADS, 1, 1), shared
+
+
+def _key_slice(g: _Gen, split: int) -> tuple:
+    """(slice number or None, first key tile, first key row) of a block of the forward or
+    dQ kernel: slice z = grid z of ``split`` key tiles (``split`` > 0, causal), else all
+    from 0."""
+    t = g.t
+    if not split:
+        return None, t.const(0), t.const(0)
+    assert g.s.causal, "split attention is for causal attention"
+    part = t.emit("gpu.block_id z")
+    lo = t.mul(part, split)
+    return part, lo, t.mul(lo, BLOCK)
+
+
+def _stages(t: _Text, j: str, lo: str, split: int) -> tuple[str, str, str]:
+    """(stage of tile ``j``, tile ``j`` + 1, its stage) of a loop from tile ``lo``
+    staging its tiles in two stages (a split slice starts at stage 0)."""
+    step = t.arith("subi", j, lo) if split else j
+    stage = t.arith("remui", step, 2)
+    nxt = t.add(j, 1)
+    return stage, nxt, t.arith("remui", t.add(step, 1) if split else nxt, 2)
 
 
 def split_parts(shape: Shape, split: int) -> int:
@@ -502,32 +525,26 @@ def split_parts(shape: Shape, split: int) -> int:
     return -(-(shape.S // BLOCK) // split)
 
 
-def split_rows(shape: Shape, split: int) -> int:
-    """Query rows whose tiles have several slices (tile ``split`` on)."""
-    return shape.L - split * BLOCK
-
-
 def workspace_types(shape: Shape, split: int) -> tuple[str, str]:
     """(partial outputs, partial row statistics) memref types of a split forward: a slice
-    of every split query row."""
-    parts, rows = split_parts(shape, split), split_rows(shape, split)
-    return (f"memref<{parts}x{shape.n}x{rows}x{shape.E}xf32>",
-            f"memref<{parts}x{shape.n}x{rows}xf32>")
+    of every split query row (tile ``split`` on)."""
+    return (slice_type(shape, split, shape.L),
+            f"memref<{split_parts(shape, split)}x{shape.n}x{shape.L - split * BLOCK}xf32>")
 
 
 def slice_type(shape: Shape, split: int, rows: int) -> str:
-    """The f32 workspace of a backward's partial sums: a slice of each split tile's rows
-    (dQ: the query tiles from ``split`` on; dK / dV: the key tiles before the last
-    ``split``)."""
+    """The f32 workspace of partial outputs or sums: a slice of each split tile's rows
+    (the forward and dQ: the query tiles from ``split`` on; dK / dV: the key tiles
+    before the last ``split``)."""
     return (f"memref<{split_parts(shape, split)}x{shape.n}x{rows - split * BLOCK}x"
             f"{shape.E}xf32>")
 
 
 def _finish_or_slice(g: _Gen, whole: str, part: str, finish, partials, row0: str,
-                     wtype: str) -> None:
+                     wtype: str, then=None) -> None:
     """If ``whole`` (the block's tile has one slice): ``finish()`` in its block z = 0;
-    else store each (workspace, accumulator, factor) of ``partials`` as f32 pairs at rows
-    ``row0`` + ... of slice ``part``."""
+    else store each (workspace, accumulator, factor or None) of ``partials`` as f32 pairs
+    at rows ``row0`` + ... of slice ``part``, then ``then()`` if given."""
     t = g.t
     t.line(f"scf.if {whole} {{")
     t.line(f"scf.if {t.emit(f'arith.cmpi eq, {part}, {t.const(0)} : index')} {{")
@@ -538,12 +555,25 @@ def _finish_or_slice(g: _Gen, whole: str, part: str, finish, partials, row0: str
         for ni in range(g.E // 8):
             for half in (0, 1):
                 row, col = g.cell(row0, t.const(0), ni, 2 * half)
-                x = g.f("arith.mulf", acc[ni][2 * half], factor)
-                y = g.f("arith.mulf", acc[ni][2 * half + 1], factor)
+                x, y = acc[ni][2 * half], acc[ni][2 * half + 1]
+                if factor is not None:
+                    x, y = g.f("arith.mulf", x, factor), g.f("arith.mulf", y, factor)
                 v = t.emit(f"vector.from_elements {x}, {y} : vector<2xf32>")
                 t.line(f"vector.store {v}, {ws}[{part}, {g.bz}, {row}, {col}] "
                        f"{{alignment = 8}} : {wtype}, vector<2xf32>")
+    if then is not None:
+        then()
     t.line("}")
+
+
+def _row_pieces(g: _Gen) -> tuple[str, str, int]:
+    """(row, first column, rows a block) of a thread of a kernel finishing split
+    partials: each thread 8 consecutive columns of one row, the block's rows in order."""
+    t = g.t
+    groups = g.E // 8
+    rows = THREADS // groups
+    return (t.add(t.mul(g.bx, rows), t.arith("divui", g.tid, groups)),
+            t.mul(t.arith("remui", g.tid, groups), 8), rows)
 
 
 def slice_sum_kernel(shape: Shape, name: str, operands: dict | None, split: int,
@@ -554,10 +584,7 @@ def slice_sum_kernel(shape: Shape, name: str, operands: dict | None, split: int,
     g = _Gen(shape, operands)
     t, E, s = g.t, shape.E, shape
     parts = split_parts(s, split)
-    groups = E // 8
-    per_block = THREADS // groups
-    row = t.add(t.mul(g.bx, per_block), t.arith("divui", g.tid, groups))
-    col = t.mul(t.arith("remui", g.tid, groups), 8)
+    row, col, per_block = _row_pieces(g)
     wt = slice_type(s, split, rows)
     ot = _mem(s.n, rows, E)
     for ws, out in outs:
@@ -574,28 +601,6 @@ def slice_sum_kernel(shape: Shape, name: str, operands: dict | None, split: int,
     return text, ((rows - split * BLOCK) // per_block, s.n, 1), (THREADS, 1, 1), 0
 
 
-def _store_partials(g: _Gen, s: Shape, part: str, q0: str, m, l_sum, o, split: int) -> None:
-    """The end of a split forward's block of a query tile of several slices: its
-    unnormalized output (f32 pairs) and, by the first thread of each row, its row maxima
-    (log2 units) and row sums, into slice ``part`` of the workspace (rows from the first
-    split tile's on)."""
-    t, E = g.t, s.E
-    wo, ws = workspace_types(s, split)
-    for ni in range(E // 8):
-        for half in (0, 1):
-            row, col = g.cell(t.arith("subi", q0, split * BLOCK), t.const(0), ni, 2 * half)
-            v = t.emit(f"vector.from_elements {o[ni][2 * half]}, {o[ni][2 * half + 1]} : "
-                       "vector<2xf32>")
-            t.line(f"vector.store {v}, %WO[{part}, {g.bz}, {row}, {col}] {{alignment = 8}} : "
-                   f"{wo}, vector<2xf32>")
-    t.line(f"scf.if {t.emit(f'arith.cmpi eq, {g.tq}, {t.const(0)} : index')} {{")
-    for half in (0, 1):
-        row = t.arith("subi", t.add(t.add(q0, g.wrow), t.add(g.g, 8 * half)), split * BLOCK)
-        t.line(f"memref.store {m[half]}, %WM[{part}, {g.bz}, {row}] : {ws}")
-        t.line(f"memref.store {l_sum[half]}, %WL[{part}, {g.bz}, {row}] : {ws}")
-    t.line("}")
-
-
 def combine_kernel(shape: Shape, name: str, operands: dict | None, split: int
                    ) -> tuple[str, tuple, tuple, int]:
     """(module text, grid, block, 0) of the kernel that finishes a split forward: thread
@@ -609,10 +614,7 @@ def combine_kernel(shape: Shape, name: str, operands: dict | None, split: int
     parts = split_parts(s, split)
     wo, ws = workspace_types(s, split)
     qt, lt = _mem(s.n, s.L, E), _mem(s.n, s.L, None, "f32")
-    groups = E // 8                                   # 8-column pieces a row
-    rows = THREADS // groups
-    row = t.add(t.mul(g.bx, rows), t.arith("divui", g.tid, groups))   # of the workspace
-    col = t.mul(t.arith("remui", g.tid, groups), 8)
+    row, col, rows = _row_pieces(g)                   # row: of the workspace
     ms = [t.emit(f"memref.load %WM[{t.const(z)}, {g.bz}, {row}] : {ws}") for z in range(parts)]
     top = ms[0]
     for v in ms[1:]:
@@ -642,7 +644,7 @@ def combine_kernel(shape: Shape, name: str, operands: dict | None, split: int
     t.line("}")
     text, _ = g.module(name, "combine", [("%WO", wo), ("%WM", ws), ("%WL", ws),
                                          ("%O", qt), ("%LSE", lt)])
-    return text, (split_rows(s, split) // rows, s.n, 1), (THREADS, 1, 1), 0
+    return text, ((s.L - split * BLOCK) // rows, s.n, 1), (THREADS, 1, 1), 0
 
 
 def _row_values(g: _Gen, src: str, src_type: str, row0: str, factor: str | None) -> list[str]:
@@ -670,11 +672,7 @@ def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
     qt, kt, lt = _mem(s.n, s.L, E), _mem(s.n, s.S, E), _mem(s.n, s.L, None, "f32")
     qs, dos, ks, vs = g.shared("%Qs", 1), g.shared("%dOs", 1), g.shared("%Ks"), g.shared("%Vs")
     q0 = t.mul(g.bx, BLOCK)
-    lo = t.const(0)
-    if split:
-        part = t.emit("gpu.block_id z")
-        lo = t.mul(part, split)
-    first_key = t.mul(lo, BLOCK) if split else t.const(0)
+    part, lo, first_key = _key_slice(g, split)
     g.stage_tile("%Q", qt, q0, qs, t.const(0))
     g.stage_tile("%dO", qt, q0, dos, t.const(0))
     g.stage_tile("%K", kt, first_key, ks, t.const(0))
@@ -688,11 +686,8 @@ def dq_kernel(shape: Shape, name: str, operands: dict | None = None,
     zero = g.f32(0.0)
     j, args, res = g.open_loop(lo, hi, [zero] * (E // 8 * 4))
     dq = [args[4 * i:4 * i + 4] for i in range(E // 8)]
-    step = t.arith("subi", j, lo) if split else j
-    stage = t.arith("remui", step, 2)
-    nxt = t.add(j, 1)
-    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi,
-               t.arith("remui", t.add(step, 1) if split else nxt, 2))
+    stage, nxt, next_stage = _stages(t, j, lo, split)
+    g.prefetch([("%K", kt, ks), ("%V", kt, vs)], nxt, hi, next_stage)
     sc, dp = g.products_nt([((qs, t.const(0)), (ks, stage)), ((dos, t.const(0)), (vs, stage))])
     k0 = t.mul(j, BLOCK)
     c = g.f32(s.scale * LOG2E)
@@ -903,12 +898,13 @@ def _workspace_parts(op, shape: Shape, split: int) -> list[str]:
     """The memref types of ``op``'s split workspace, in order: the forward's partial
     outputs, row maxima and sums; the backward's partial dQ, dK and dV."""
     if op.name == "latch.attention":
-        return list(workspace_types(shape, split)) + [workspace_types(shape, split)[1]]
+        wo, ws = workspace_types(shape, split)
+        return [wo, ws, ws]
     return [slice_type(shape, split, shape.L)] + [slice_type(shape, split, shape.S)] * 2
 
 
-#: FormAttentionKernels.kv_split: forwards of fewer blocks than this are split (four waves
-#: of two blocks on 132 SMs; TinyMoE B2: 384 blocks, B32: 6,144)
+#: FormAttentionKernels.kv_split: attention of fewer blocks a kernel than this is split
+#: (four waves of two blocks on 132 SMs; TinyMoE B2: 384 blocks, B32: 6,144)
 SPLIT_BELOW = 4 * 2 * 132
 
 _KERNEL_NAMES = {forward_kernel: "attention", dq_kernel: "attention_dq",
@@ -964,13 +960,17 @@ class FormAttentionKernels(ModulePass):
         from latch.passes import attention_wgmma
         from latch.passes.form_contraction_kernels import _block_key, _byte_allocation
         split_of = {id(op): self._split(op) for op in found}
+        layout = {}                  # op -> [(workspace part's type, byte offset)]
         need, blocks = {}, {}        # one workspace a function: its ops run in order
         for op in found:
             if split_of[id(op)]:
+                offset, layout[id(op)] = 0, []
+                for ty in _workspace_parts(op, _shape_of(op)[0], split_of[id(op)]):
+                    ty = ir.Type.parse(ty)
+                    layout[id(op)].append((ty, offset))
+                    offset += 4 * math.prod(ir.MemRefType(ty).shape)
                 key = _block_key(op)
-                size = sum(4 * math.prod(ir.MemRefType(ir.Type.parse(ty)).shape) for ty in
-                           _workspace_parts(op, _shape_of(op)[0], split_of[id(op)]))
-                need[key] = max(need.get(key, 0), size)
+                need[key] = max(need.get(key, 0), offset)
                 blocks[key] = op.operation.block
         workspaces = {key: _byte_allocation(blocks[key], size) for key, size in need.items()}
         for op in found:
@@ -986,14 +986,11 @@ class FormAttentionKernels(ModulePass):
                             for i, (v, r) in enumerate(zip(op.operands, _RANKS[op.name]))]
                 split = split_of[id(op)]
                 if split:            # the slices' partials, then the kernel combining them
-                    parts = []
-                    offset = 0
-                    for ty in (ir.Type.parse(x) for x in _workspace_parts(op, shape, split)):
-                        at = ir.Operation.create("arith.constant", [index], attributes={
-                            "value": ir.IntegerAttr.get(index, offset)}).result
-                        parts.append(ir.Operation.create(
-                            "memref.view", [ty], [workspaces[_block_key(op)], at]).result)
-                        offset += 4 * math.prod(ir.MemRefType(ty).shape)
+                    parts = [ir.Operation.create("memref.view", [ty], [
+                        workspaces[_block_key(op)],
+                        ir.Operation.create("arith.constant", [index], attributes={
+                            "value": ir.IntegerAttr.get(index, offset)}).result]).result
+                        for ty, offset in layout[id(op)]]
                     if op.name == "latch.attention":
                         kernels = [functools.partial(forward_kernel, split=split),
                                    functools.partial(_combine, split=split)]
