@@ -159,24 +159,14 @@ def sources_digest(root: str = ROOT) -> str:
     (:data:`SOURCES`, sorted; no git needed): computed again on the GPU machine from its
     copy of the tree, it tells whether an artifact was built from the sources a run
     carries, whatever commit the run is labelled with."""
-    import hashlib
+    from latch.cache import files_digest, python_sources
 
     files = []
     for top in SOURCES:
         path = os.path.join(root, top)
-        if os.path.isfile(path):
-            files.append(top)
-            continue
-        for folder, dirs, names in os.walk(path):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            files += [os.path.relpath(os.path.join(folder, n), root) for n in names
-                      if n.endswith(".py")]
-    h = hashlib.sha256()
-    for rel in sorted(files):
-        h.update(rel.encode() + b"\0")
-        with open(os.path.join(root, rel), "rb") as f:
-            h.update(hashlib.sha256(f.read()).digest())
-    return h.hexdigest()
+        files += [top] if os.path.isfile(path) else \
+            [f"{top}/{rel}" for rel in python_sources(path)]
+    return files_digest((rel, os.path.join(root, rel)) for rel in sorted(files))
 
 
 def file_sha256(path: str) -> str:

@@ -96,6 +96,28 @@ def _dist_version(dist: str) -> str:
         return "not installed"
 
 
+def python_sources(root: str) -> list[str]:
+    """The paths, relative to ``root``, of the ``.py`` files under it (``__pycache__``
+    left out), sorted."""
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        files += [os.path.relpath(os.path.join(folder, n), root) for n in names
+                  if n.endswith(".py")]
+    return sorted(files)
+
+
+def files_digest(entries) -> str:
+    """SHA-256 over ``(label, path)`` entries, in their order: each label, then the
+    SHA-256 of its file's bytes."""
+    h = hashlib.sha256()
+    for label, path in entries:
+        h.update(f"{label}\0".encode())
+        with open(path, "rb") as f:
+            h.update(_sha(f.read()).encode())
+    return h.hexdigest()
+
+
 @functools.lru_cache(maxsize=1)
 def _latch_source_digest() -> str:
     """SHA-256 over the relative paths and bytes of Latch's Python sources (sorted), so a
@@ -103,18 +125,11 @@ def _latch_source_digest() -> str:
     not imported (latch.dialect and latch.passes import MLIR, which a hit does not need)."""
     from importlib.util import find_spec
 
-    h = hashlib.sha256()
+    entries = []
     for name in ("latch", "latch.passes", "latch.dialect"):
         root = os.path.abspath(find_spec(name).submodule_search_locations[0])
-        files = []
-        for folder, dirs, names in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
-        for path in sorted(files, key=lambda p: os.path.relpath(p, root)):
-            h.update(f"{name}/{os.path.relpath(path, root)}\0".encode())
-            with open(path, "rb") as f:
-                h.update(_sha(f.read()).encode())
-    return h.hexdigest()
+        entries += [(f"{name}/{rel}", os.path.join(root, rel)) for rel in python_sources(root)]
+    return files_digest(entries)
 
 
 @functools.lru_cache(maxsize=1)
