@@ -7,7 +7,9 @@
 #   bench/gpu_session.sh workloads # looped B32 and selective B2 against their controls
 #   bench/gpu_session.sh ab        # the untimed steps: B32 with $B32_AB, B2 with $B2_AB,
 #                                  # each batch in both engine orders, then launch profiles
-#                                  # of the B32 builds (default: -persistent; -splitkv4/8)
+#                                  # of the B32 builds (default: -persistent; -splitkv4/8);
+#                                  # B32_AB= or B2_AB= (empty) leaves that batch out, so
+#                                  # the two batches can go in two calls
 #
 # Carry the artifacts the stage needs (run's `carry`): bench/artifacts/tinymoe196m for speed
 # and workloads, bench/artifacts/bf16probe for numerics; build them here first:
@@ -49,6 +51,7 @@ ab)
     reversed() { echo "$1" | tr ',' '\n' | tac | paste -sd, -; }
     for spec in "32:$B32_AB:12:10:150" "2:$B2_AB:30:20:110"; do
         IFS=: read -r batch ab iters steps budget <<< "$spec"
+        [ -z "$ab" ] && continue    # B32_AB= or B2_AB= leaves that batch out
         log "B$batch: latch,$ab,torch-compile-graph, then reversed"
         timeout $((budget + 30)) python bench/tinymoe_bench_gpu.py --batches "$batch" \
             --engines "latch,$ab,torch-compile-graph" --iters "$iters" --curve-steps "$steps" \
@@ -57,7 +60,7 @@ ab)
             --engines "$(reversed "$ab"),latch" --iters "$iters" --curve-steps "$steps" \
             --budget-s "$budget" 2>&1 | grep -E "^B$batch|WARNING|wrote"
     done
-    for e in latch ${B32_AB//,/ }; do
+    [ -n "$B32_AB" ] && for e in latch ${B32_AB//,/ }; do
         suffix="${e#latch}"
         log "launch profile b32$suffix"
         timeout 60 python bench/gpu_profile_launches.py "$ART/tinymoe196m-b32-bf16$suffix.latch" \

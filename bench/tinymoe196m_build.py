@@ -431,7 +431,8 @@ def main() -> int:
             print("   ", line)
     with open(bpath, "w") as f:
         json.dump(results, f, indent=1)
-    return 0 if all("failed" not in r for r in results.values()) else 1
+    # this run's builds decide the status; build.json may keep older runs' failures
+    return 0 if all("failed" not in results[b] for b in args.builds.split(",")) else 1
 
 
 if __name__ == "__main__":
