@@ -237,6 +237,10 @@ OFF_SWITCHES = {
     "persistent": ("latch-form-kernels", "latch-form-contraction-kernels", "persistent=true"),
     "splitkv4": ("latch-form-kernels", "latch-form-attention-kernels", "kv-split=4"),
     "splitkv8": ("latch-form-kernels", "latch-form-attention-kernels", "kv-split=8"),
+    # the flash kernels' resident blocks an SM: 3 (dK/dV's registers capped, 2 -> 3 blocks)
+    # or 4 (also the forward's, 3 -> 4); dQ stays at 3 (its shared memory)
+    "attnblocks3": ("latch-form-kernels", "latch-form-attention-kernels", "blocks-per-sm=3"),
+    "attnblocks4": ("latch-form-kernels", "latch-form-attention-kernels", "blocks-per-sm=4"),
     "chunkstores": ("latch-form-kernels", "latch-wrap-host-compute", "loads-first=false"),
     "partrows": ("latch-form-kernels", "latch-wrap-host-compute", "whole-rows=false"),
     "keptrows": ("latch-form-kernels", "latch-wrap-host-compute", "held-rows=true"),

@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import math
 
-from latch.errors import PassError
+from latch.errors import PassError, PipelineError
 from latch.dialect.opdef import attr_value
 from latch.passes.base import ModulePass, fresh_symbol, function_definitions, \
     operation as _op, symbol_names
@@ -903,6 +903,18 @@ def _workspace_parts(op, shape: Shape, split: int) -> list[str]:
     return [slice_type(shape, split, shape.L)] + [slice_type(shape, split, shape.S)] * 2
 
 
+#: an SM's shared memory (sm_90: 228 KiB) and the 1 KiB the hardware keeps of it a block
+SM_SHARED_BYTES, BLOCK_RESERVED_BYTES = 228 * 1024, 1024
+
+
+def resident_blocks(asked: int, shared: int) -> int:
+    """The resident blocks an SM a kernel of ``shared`` dynamic shared bytes declares for
+    ``FormAttentionKernels.blocks_per_sm`` = ``asked``: ``asked``, or fewer where that
+    many blocks' shared memory does not fit an SM (TinyMoE, ``asked`` 4: the forward's
+    49 KiB 4, dQ's 57 KiB and dK/dV's 65 KiB 3)."""
+    return min(asked, SM_SHARED_BYTES // (shared + BLOCK_RESERVED_BYTES))
+
+
 #: FormAttentionKernels.kv_split: attention of fewer blocks a kernel than this is split
 #: (four waves of two blocks on 132 SMs; TinyMoE B2: 384 blocks, B32: 6,144)
 SPLIT_BELOW = 4 * 2 * 132
@@ -935,6 +947,18 @@ class FormAttentionKernels(ModulePass):
     #: and :func:`slice_sum_kernel` (the gradients) finish: the heaviest tile's 16 tiles
     #: no longer one block's chain; 0: a block a tile
     kv_split: int = 0
+    #: > 1: the flash kernels (not the split's finishing kernels) declare this many
+    #: resident blocks an SM (``nvvm.minctasm``: the PTX assembler keeps a thread's
+    #: registers to 65536 / (128 x blocks)), or as many as their shared memory lets fit
+    #: (:func:`resident_blocks`); 0: as many as the registers the assembler chooses allow
+    #: (TinyMoE's wgmma kernels: forward 142 registers, 3 blocks; dK/dV 225, 2 blocks)
+    blocks_per_sm: int = 0
+
+    def __post_init__(self):
+        for option, value in (("kv-split", self.kv_split),
+                              ("blocks-per-sm", self.blocks_per_sm)):
+            if value < 0:
+                raise PipelineError(f"pass '{self.name}': {option}={value} is negative")
 
     def apply(self, module) -> None:
         from mlir import ir
@@ -1015,13 +1039,18 @@ class FormAttentionKernels(ModulePass):
                     text, grid, block, shared = make(shape, name, views, self.heavy_first, gen)
                     parsed = ir.Module.parse(text)      # kept alive until detached
                     kernel_module = _op(parsed.body.operations[0])
+                    made = getattr(make, "func", make)
+                    blocks = resident_blocks(self.blocks_per_sm, shared)
+                    if blocks > 1 and made in (forward_kernel, dq_kernel, dkdv_kernel):
+                        func = _op(kernel_module.regions[0].blocks[0].operations[0])
+                        func.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(i32, blocks)
                     ir.InsertionPoint(top).insert(kernel_module.detach_from_parent())
 
                     def c(v, type_=index):
                         return ir.Operation.create(
                             "arith.constant", [type_],
                             attributes={"value": ir.IntegerAttr.get(type_, v)}).result
-                    kernel = _KERNEL_NAMES[getattr(make, "func", make)]
+                    kernel = _KERNEL_NAMES[made]
                     gpu.LaunchFuncOp([name, kernel], tuple(c(v) for v in grid),
                                      tuple(c(v) for v in block), args,
                                      dynamic_shared_memory_size=c(shared, i32))

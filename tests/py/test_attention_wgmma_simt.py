@@ -182,3 +182,52 @@ def test_split_backward_matches_float64(batch, L, split, options):
     o_ref, _ = _reference(qr, kr, vr, True, scale)
     for x, ref in zip(got[with_split], torch.autograd.grad(o_ref, (qr, kr, vr), do)):
         assert _rel(x, ref) < 2e-2
+
+
+def test_blocks_per_sm_declares_resident_blocks():
+    """``blocks-per-sm=4``: each flash kernel declares as many resident blocks an SM as
+    asked, or as its shared memory lets fit (the forward's 49 KiB: 4; dQ's 57 and dK/dV's
+    65 KiB: 3), which reaches the PTX as ``.minnctapersm`` (the assembler then keeps the
+    registers to 65536 / (128 x blocks)) and the runtime's carveout request; the kernels'
+    results are the same bits.  0 (the default) declares nothing; a negative count is a
+    pipeline error."""
+    from mlir import ir
+
+    from latch.errors import PipelineError
+    from latch.passes.attention_kernels import resident_blocks
+    from latch.pipeline import run_pipeline
+    from latch.targets.cuda import _ptx_of_binaries, kernels_to_ptx_pipeline
+
+    assert [resident_blocks(4, s) for s in (50176, 58368, 66560)] == [4, 3, 3]
+    assert resident_blocks(2, 50176) == 2
+    declared = {}
+    for grad in (False, True):
+        text = _module([2], 128, 128, 64, True, 0.125, grad=grad)
+        m, ctx = _run_pass(text, "{chip=sm_90a blocks-per-sm=4}")
+        plain, _ = _run_pass(text, WGMMA)
+        assert "nvvm.minctasm" not in str(plain)
+        here = {}
+        with ctx:
+            for op in m.body.operations:
+                if op.operation.name != "gpu.module":
+                    continue
+                func = op.regions[0].blocks[0].operations[0]
+                name = ir.StringAttr(func.attributes["sym_name"]).value
+                here[name] = ir.IntegerAttr(func.attributes["nvvm.minctasm"]).value
+            run_pipeline(m, kernels_to_ptx_pipeline("sm_90a", "+ptx81", 1))
+            ptx = "\n".join(_ptx_of_binaries(m).values())
+        for blocks in here.values():
+            assert f".minnctapersm {blocks}" in ptx
+        declared.update(here)
+    assert declared == {"attention": 4, "attention_dq": 3, "attention_dkdv": 3}
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (_bf16([2, 128, 64], g) for _ in range(3))
+    outs = []
+    for options in ("{chip=sm_90a blocks-per-sm=4}", WGMMA):
+        m, ctx = _run_pass(_module([2], 128, 128, 64, True, 0.125, grad=False), options)
+        outs.append(_forward(m, ctx, q, k, v))
+    for a, b in zip(*outs):
+        assert np.array_equal(a, b)
+    with pytest.raises(PipelineError, match="blocks-per-sm=-1 is negative"):
+        _run_pass(_module([2], 128, 128, 64, True, 0.125, grad=False),
+                  "{chip=sm_90a blocks-per-sm=-1}")

@@ -1,5 +1,6 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-attention-kernels{chip=sm_90a kv-split=2})' | FileCheck %s
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-attention-kernels{chip=sm_90a})' | FileCheck %s --check-prefix=WHOLE
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-attention-kernels{chip=sm_90a kv-split=2 blocks-per-sm=4})' | FileCheck %s --check-prefix=OCC
 // latch-form-attention-kernels{kv-split=2}: a causal forward of few blocks (here 4 query
 // tiles x 2 heads) takes each query tile's key tiles in slices of at most 2, a block a
 // (tile, head, slice).  Tiles of one slice (0 and 1) are finished by their first block as
@@ -29,6 +30,10 @@
 // CHECK: vector.load {{.*}} : memref<2x2x128x64xf32>, vector<8xf32>
 // CHECK: arith.truncf {{.*}} : vector<8xf32> to vector<8xbf16>
 // CHECK: math.log
+// blocks-per-sm=4: the flash kernel (49 KiB of shared memory: four fit an SM) declares
+// four resident blocks; the combining kernel declares nothing.
+// OCC: gpu.func @attention({{.*}}) kernel attributes {known_block_size = array<i32: 128, 1, 1>, nvvm.minctasm = 4 : i32}
+// OCC: gpu.func @combine({{.*}}) kernel attributes {known_block_size = array<i32: {{[0-9]+}}, 1, 1>} {
 // WHOLE-LABEL: func.func @main(
 // WHOLE-NOT: memref.alloc
 // WHOLE: gpu.launch_func @latch_attention_0::@attention
