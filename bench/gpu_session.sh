@@ -5,9 +5,9 @@
 #                                  # torch.compile + CUDA-graph control), then launch profiles
 #   bench/gpu_session.sh numerics  # the bf16 probes against float64 (bench/bf16_probe_gpu.py)
 #   bench/gpu_session.sh workloads # looped B32 and selective B2 against their controls
-#   bench/gpu_session.sh ab        # the untimed steps: B32 with $B32_AB, B2 with $B2_AB,
+#   bench/gpu_session.sh ab        # steps to time: B32 with $B32_AB, B2 with $B2_AB,
 #                                  # each batch in both engine orders, then launch profiles
-#                                  # of the B32 builds (default: -persistent; -splitkv4/8);
+#                                  # of the B32 builds (default: -tilewise, both batches);
 #                                  # B32_AB= or B2_AB= (empty) leaves that batch out, so
 #                                  # the two batches can go in two calls
 #
@@ -47,7 +47,7 @@ speed)
     done
     ;;
 ab)
-    : "${B32_AB:=latch-persistent}" "${B2_AB:=latch-splitkv4,latch-splitkv8}"
+    : "${B32_AB:=latch-tilewise}" "${B2_AB:=latch-tilewise}"
     reversed() { echo "$1" | tr ',' '\n' | tac | paste -sd, -; }
     for spec in "32:$B32_AB:12:10:150" "2:$B2_AB:30:20:110"; do
         IFS=: read -r batch ab iters steps budget <<< "$spec"

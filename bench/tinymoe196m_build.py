@@ -234,7 +234,8 @@ OFF_SWITCHES = {
     "clampedrows": ("latch-form-kernels", "latch-form-contraction-kernels",
                     "fill-past-factor=false"),
     "twoblocks": ("latch-form-kernels", "latch-form-contraction-kernels", "blocks-per-sm=2"),
-    "persistent": ("latch-form-kernels", "latch-form-contraction-kernels", "persistent=true"),
+    # a block a tile (persistent products are the default since the twenty-fifth stop)
+    "tilewise": ("latch-form-kernels", "latch-form-contraction-kernels", "persistent=false"),
     "splitkv4": ("latch-form-kernels", "latch-form-attention-kernels", "kv-split=4"),
     "splitkv8": ("latch-form-kernels", "latch-form-attention-kernels", "kv-split=8"),
     # the flash kernels' resident blocks an SM: 3 (dK/dV's registers capped, 2 -> 3 blocks)

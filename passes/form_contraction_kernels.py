@@ -1399,9 +1399,9 @@ class FormContractionKernels(ModulePass):
     blocks_per_sm: int = 1
     #: the wgmma products of more than one wave (no k slices, one block an SM) as
     #: persistent blocks (contraction_wgmma.persistent_blocks): one block an SM walks its
-    #: tiles, staging the next tile's first k-tiles while the last one goes out; false: a
-    #: block a tile
-    persistent: bool = False
+    #: tiles, staging the next tile's first k-tiles while the last one goes out (B32 on an
+    #: H100: -1.2% in both engine orders; B2 even); false: a block a tile
+    persistent: bool = True
 
     def __post_init__(self):
         if self.blocks_per_sm not in (1, 2):

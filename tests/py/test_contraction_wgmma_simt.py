@@ -469,7 +469,8 @@ def test_paired_blocks_rule():
     assert wg.PAIRED_STAGES * (wg.BM + wg.PAIRED_BN) * 128 + 1024 <= 228 * 1024 // 2 - 1024
 
 
-PERSISTENT = "{chip=sm_90a persistent=true}"
+PERSISTENT = "{chip=sm_90a persistent=true}"     # the default, said explicitly
+TILEWISE = "{chip=sm_90a persistent=false}"
 
 
 @pytest.mark.parametrize("m,k,n,wide", [
@@ -483,7 +484,7 @@ def test_persistent_blocks_write_every_tile_rounded(monkeypatch, m, k, n, wide):
     finished tile rounded to bf16 through the two stages that leaves idle; every element
     still equals the f32 sums rounded to bf16 (up to order), and the interpreter finds no
     shared-memory race (a staged tile overwritten before every thread read it, a stage
-    refilled while a wgmma still reads it).  Without the option: a block a tile."""
+    refilled while a wgmma still reads it).  The default; persistent=false: a block a tile."""
     import latch.passes.contraction_wgmma as wg
     from test_contraction_simt import run_pass
 
@@ -492,9 +493,11 @@ def test_persistent_blocks_write_every_tile_rounded(monkeypatch, m, k, n, wide):
     text = _rounded_product(m, k, n)
     bn = 256 if wide else 128
     tiles = -(-n // bn) * -(-m // 128)
-    mod, _ = run_pass(text, WGMMA)
+    mod, _ = run_pass(text, TILEWISE)
     (launch,) = _launches(mod)
     assert launch[1] == (-(-n // bn), -(-m // 128), 1)
+    mod, _ = run_pass(text, WGMMA)
+    assert _launches(mod)[0][1] == (2, 1, 1)
     mod, ctx = run_pass(text, PERSISTENT)
     (launch,) = _launches(mod)
     assert launch[1] == (2, 1, 1) and tiles > 2

@@ -145,8 +145,8 @@ def test_persistent_products_update_the_same_bits(tmp_path, monkeypatch):
 
     def form(on: bool) -> str:
         return _form_readers(True).replace(
-            "epilogue-prefetch=true", "epilogue-prefetch=false" + (" persistent=true" if on
-                                                                   else ""))
+            "epilogue-prefetch=true", "epilogue-prefetch=false persistent=" +
+            ("true" if on else "false"))
 
     _, _, _, runs = _same_bits(MoELayer, _inputs, form, tmp_path, monkeypatch)
     persistent = runs[True][3]

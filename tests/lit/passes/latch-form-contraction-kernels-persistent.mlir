@@ -1,13 +1,14 @@
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a persistent=true})' | FileCheck %s
 // RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a persistent=true}, latch-form-kernels, latch-kernels-to-ptx{chip=sm_90a})' --emit=ptx | FileCheck %s --check-prefix=PTX
-// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a})' | FileCheck %s --check-prefix=TILES
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a})' | FileCheck %s
+// RUN: latch-opt %s --pass-pipeline='builtin.module(latch-form-contraction-kernels{chip=sm_90a persistent=false})' | FileCheck %s --check-prefix=TILES
 // latch-form-contraction-kernels{persistent=true}: a wgmma product of more than one wave
 // of tiles (here 64 x 4 = 256 tiles of 128 x 256) runs as 132 blocks, one an SM, each
 // walking tiles b, b + 132, ...  The block's first tile stages its prologue before its
 // k-loop; every tile, once no warpgroup reads the stages any more (wait for the wgmma
 // groups, then a barrier), stages the first k-tiles of the block's next tile, if it has
 // one, and only then writes its own sums — so the next tile's pipeline fill overlaps this
-// tile's epilogue.  Without the option: a block a tile.
+// tile's epilogue.  The default; persistent=false: a block a tile.
 
 #mA = affine_map<(m, n, k) -> (m, k)>
 #mB = affine_map<(m, n, k) -> (n, k)>
