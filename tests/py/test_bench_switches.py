@@ -153,3 +153,31 @@ def test_the_sources_digest_sees_a_changed_pass(tmp_path):
     assert tb.sources_digest(str(tmp_path)) == before
     (tmp_path / "passes" / "a.py").write_text("x = 2\n")
     assert tb.sources_digest(str(tmp_path)) != before
+
+
+def test_the_build_status_counts_the_builds_of_this_run(tmp_path, monkeypatch, capsys):
+    """``tinymoe196m_build.py --builds ...`` exits 0 when the builds it ran succeeded, even
+    where build.json keeps an older run's failure (it had exited 1 after every run since
+    one switched build failed), and 1 when one of its own failed."""
+    import json
+    import subprocess
+
+    import tinymoe196m_build as build
+
+    monkeypatch.setattr(build, "OUT", str(tmp_path))
+    (tmp_path / "build.json").write_text(json.dumps({"b2-bf16-old": {"failed": ["x"]}}))
+
+    def fake_run(cmd, **kwargs):
+        name = cmd[cmd.index("--child") + 1]
+        if name.endswith("-bad"):
+            return subprocess.CompletedProcess(cmd, 1, "", "Traceback\nboom\n")
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"artifact": name}) + "\n", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["tinymoe196m_build.py", "--builds", "b2-bf16"])
+    assert build.main() == 0
+    monkeypatch.setattr(sys, "argv", ["tinymoe196m_build.py", "--builds", "b2-bf16,b2-bf16-bad"])
+    assert build.main() == 1
+    kept = json.loads((tmp_path / "build.json").read_text())
+    assert kept["b2-bf16-old"] == {"failed": ["x"]} and kept["b2-bf16-bad"]["failed"][-1] == "boom"
+    assert kept["b2-bf16"] == {"artifact": "b2-bf16"}
