@@ -945,13 +945,15 @@ class FormAttentionKernels(ModulePass):
     #: blocks of at most this many tiles of their loop — the forward's and dQ's key tiles,
     #: dK/dV's query tiles — whose partial results :func:`combine_kernel` (the forward)
     #: and :func:`slice_sum_kernel` (the gradients) finish: the heaviest tile's 16 tiles
-    #: no longer one block's chain; 0: a block a tile
+    #: no longer one block's chain; 0: a block a tile (B2 on an H100: N = 4 +5%, N = 8
+    #: +1.5%: the update is bound by its kernels' work, not attention's chain)
     kv_split: int = 0
     #: > 1: the flash kernels (not the split's finishing kernels) declare this many
     #: resident blocks an SM (``nvvm.minctasm``: the PTX assembler keeps a thread's
     #: registers to 65536 / (128 x blocks)), or as many as their shared memory lets fit
     #: (:func:`resident_blocks`); 0: as many as the registers the assembler chooses allow
-    #: (TinyMoE's wgmma kernels: forward 142 registers, 3 blocks; dK/dV 225, 2 blocks)
+    #: (TinyMoE's wgmma kernels: forward 142 registers, 3 blocks; dK/dV 225, 2 blocks;
+    #: 3 or 4 measured 1.3-1.8% slower at B32 on an H100)
     blocks_per_sm: int = 0
 
     def __post_init__(self):
