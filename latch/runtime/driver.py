@@ -235,8 +235,9 @@ class Module:
         d = driver()
         self.device, self.name = device, name
         data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
-        #: its kernels declare several resident blocks an SM (``.minnctapersm``)
-        self.paired = b".minnctapersm" in data
+        #: its kernels declare several resident blocks an SM (``.minnctapersm``: the
+        #: paired contraction kernels, the attention kernels' ``blocks-per-sm``)
+        self.declares_resident_blocks = b".minnctapersm" in data
         if not data.endswith(b"\0"):
             data += b"\0"
         self._image = np.frombuffer(data, dtype=np.uint8).copy()

@@ -817,8 +817,8 @@ def make_launches(specs: list[dict], modules: dict, resolve,
     module, dynamic shared memory above 48 KiB opted into; ``dependent``: launched with
     programmatic stream serialization (every kernel begins with griddepcontrol.wait).
     A kernel declaring several resident blocks an SM (``.minnctapersm``: the paired
-    contraction kernels, 97 KiB each) also asks for the largest shared-memory carveout,
-    so that they fit."""
+    contraction kernels, 97 KiB each; the attention kernels under ``blocks-per-sm``) also
+    asks for the largest shared-memory carveout, so that they fit."""
     launches = []
     for ls in specs:
         module = modules.get(ls["module"])
@@ -831,7 +831,7 @@ def make_launches(specs: list[dict], modules: dict, resolve,
             drv.call("cuFuncSetAttribute", fn,
                      d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                      shared, what=ls["module"])
-            if getattr(module, "paired", False):
+            if getattr(module, "declares_resident_blocks", False):
                 drv.call("cuFuncSetAttribute", fn, d.CUfunction_attribute.
                          CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100,
                          what=ls["module"])
